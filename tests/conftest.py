@@ -1,0 +1,45 @@
+"""Shared fixtures. The default model is converted once into the user cache and reused."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.paths import shared_dir
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from workbench.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def policy():
+    """(model, tokenizer) of the real default model on CPU."""
+    from workbench.models import load_policy
+
+    return load_policy(device="cpu")
+
+
+@pytest.fixture(scope="session")
+def hf_backend(policy):
+    from workbench.rollout.backends.hf import HFBackend
+
+    model, tok = policy
+    return HFBackend(model, tok)
+
+
+@pytest.fixture(scope="session")
+def world():
+    from workbench.data.world import load_world
+
+    return load_world()
+
+
+@pytest.fixture(scope="session")
+def shared():
+    d = shared_dir()
+    if d is None:
+        pytest.skip("../shared (benchmark fixtures) is not present")
+    return d

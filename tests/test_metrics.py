@@ -1,0 +1,73 @@
+"""Answer metrics against hand-computed values."""
+
+import pytest
+
+from workbench.rewards.metrics import (
+    answer_metrics,
+    cover_exact_match,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    word_count,
+)
+
+
+@pytest.mark.parametrize(
+    "raw, norm",
+    [
+        ("The Eiffel Tower", "eiffel tower"),
+        ("  A   cat, an apple;  the END. ", "cat apple end"),
+        ("Theater", "theater"),  # 'the' only as a whole word
+        ("an-other", "another"),  # ASCII punctuation dropped, not replaced by a space
+        ("Café Müller", "café müller"),  # non-ASCII kept
+        ("", ""),
+        (None, ""),
+    ],
+)
+def test_normalize(raw, norm):
+    assert normalize_answer(raw) == norm
+
+
+def test_exact_match_max_over_aliases():
+    assert exact_match("Republic of Ostrevia", ["Ostrevia", "the Republic of Ostrevia"]) == 1.0
+    assert exact_match("Ostrevia republic", ["Ostrevia", "Republic of Ostrevia"]) == 0.0
+    assert exact_match("anything", []) == 0.0
+    assert exact_match(None, ["x"]) == 0.0
+
+
+def test_cover_exact_match():
+    assert cover_exact_match("He was born in Ulmbridge, Ostrevia.", ["ulmbridge"]) == 1.0
+    assert cover_exact_match("Ulm", ["Ulmbridge"]) == 0.0
+    # an empty normalized gold never matches
+    assert cover_exact_match("anything", ["the", ""]) == 0.0
+    # substring is over normalized strings: articles and punctuation removed first
+    # character-level substring, as FlashRAG's sub_em: 'glass orchard' is inside 'its theglass orchard'
+    assert cover_exact_match("it's THE-Glass orchard", ["The Glass Orchard"]) == 1.0
+    assert cover_exact_match("glassorchard", ["The Glass Orchard"]) == 0.0
+    assert cover_exact_match("it's the Glass Orchard!", ["The Glass Orchard"]) == 1.0
+
+
+def test_f1_by_hand():
+    # pred tokens: paris france (2); gold: paris (1); overlap 1 -> P=1/2 R=1 F1=2/3
+    assert f1_score("Paris, France", ["Paris"]) == pytest.approx(2 / 3)
+    # pred: new york city; gold: york city new jersey -> overlap 3 (new, york, city); P=1, R=3/4 -> 6/7
+    assert f1_score("New York City", ["York City New Jersey"]) == pytest.approx(6 / 7)
+    # repeated tokens count with multiplicity: pred x y y, gold y y y -> overlap 2, P=2/3, R=2/3
+    assert f1_score("x y y", ["y y y"]) == pytest.approx(2 * (2 / 3) * (2 / 3) / (4 / 3))
+    assert f1_score("Paris", ["London", "paris"]) == 1.0  # max over aliases
+    assert f1_score("", ["Paris"]) == 0.0
+    assert f1_score(None, ["Paris"]) == 0.0
+
+
+def test_f1_yes_no_rule():
+    assert f1_score("yes", ["no"]) == 0.0
+    assert f1_score("yes it is", ["yes"]) == 0.0  # normalized pred differs from the special gold
+    assert f1_score("no", ["No."]) == 1.0
+    assert f1_score("noanswer", ["something"]) == 0.0
+
+
+def test_answer_metrics_and_word_count():
+    m = answer_metrics("the Glass Orchard by Maren", ["Glass Orchard"])
+    assert m == {"em": 0.0, "cem": 1.0, "f1": pytest.approx(2 * (2 / 4) * 1 / (2 / 4 + 1))}
+    assert word_count("The quick, brown fox") == 3
+    assert word_count("") == 0

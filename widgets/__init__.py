@@ -1,0 +1,1 @@
+"""ipywidgets + plotly builders used by the notebooks (views only; computation lives in ``workbench``)."""

@@ -1,0 +1,83 @@
+"""``Example``: one question with its gold answers and what is known about how to answer it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Example:
+    """A question with gold answers (aliases) and its multi-hop annotations.
+
+    Every loader (the synthetic world, FlashRAG, HotpotQA, 2Wiki, MuSiQue, Bamboogle)
+    produces this one shape; fields a dataset does not annotate stay empty / None.
+    """
+
+    id: str
+    question: str
+    answers: list[str]
+    """Gold answer and its aliases; metrics take the max over them."""
+    dataset: str = "world"
+    split: str = "dev"
+    hops: int | None = None
+    """Number of retrieval hops the question needs (gold ``i`` of DynaSearcher Eq. 5)."""
+    qtype: str | None = None
+    """Question type, e.g. ``1hop``, ``compositional``, ``comparison``, ``inference``, ``chain``."""
+    decomposition: list[str] = field(default_factory=list)
+    """Sub-questions, one per hop, in order."""
+    kg_path: list[dict[str, str]] = field(default_factory=list)
+    """Gold KG path: dicts with ``head``, ``relation``, ``tail`` names (and ``*_id`` where known)."""
+    supporting_ids: list[str] = field(default_factory=list)
+    supporting_titles: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    """Sources the supporting passages come from (``wiki``, ``news``, ``academic``)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.question, str):
+            raise TypeError(f"Example {self.id!r}: question must be a string, got {type(self.question).__name__}")
+        if isinstance(self.answers, str):
+            self.answers = [self.answers]
+        self.answers = [str(a) for a in (self.answers or [])]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Example:
+        known = {f.name for f in fields(cls)}
+        extra = {k: v for k, v in d.items() if k not in known}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if extra:
+            kwargs.setdefault("meta", {})
+            kwargs["meta"] = {**kwargs["meta"], **extra}
+        return cls(**kwargs)
+
+
+def save_examples(examples: list[Example], path: str | Path) -> Path:
+    """Write examples as JSON lines (atomically)."""
+    from workbench.io import atomic_write_text
+
+    text = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in examples)
+    return atomic_write_text(path, text)
+
+
+def load_examples(path: str | Path) -> list[Example]:
+    """Read examples written by :func:`save_examples`."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"examples file not found: {path}")
+    out = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(Example.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: not a valid example line ({e})") from e
+    return out

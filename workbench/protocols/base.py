@@ -1,0 +1,221 @@
+"""The protocol interface: how one published system's agent talks (tags, prompts, actions).
+
+A ``Protocol`` owns: the system prompt, optional few-shot demonstrations, stop strings,
+the action parser (policy text -> ``Action``), how an action is executed against the
+``Toolbox`` and rendered as an observation, and a format checker returning named flags
+that the rewards read. The multi-turn engine (``workbench.rollout.engine``) is shared by
+all protocols; nothing here touches token ids.
+
+Model output is untrusted: ``parse`` never raises; anything it cannot use is an
+``Action(kind="invalid", reason=...)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from workbench.tools.base import Toolbox, ToolCall
+
+if TYPE_CHECKING:
+    from workbench.data.example import Example
+    from workbench.trajectory import Trajectory
+
+SEARCH, ANSWER, INVALID = "search", "answer", "invalid"
+
+
+@dataclass
+class Action:
+    """What the policy asked for in one turn."""
+
+    kind: str  # SEARCH | ANSWER | INVALID
+    payload: Any = None
+    """Query text, a JSON dict (DynaSearcher), a plan (NL-DAG), or the answer text."""
+    reason: str = ""
+    """Why an action is invalid (empty otherwise)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Observation:
+    """What the environment appends after an action: text (encoded once) plus the tool records."""
+
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- tag helpers
+
+
+def tag_re(tag: str) -> re.Pattern[str]:
+    """A case-insensitive, non-greedy pattern for a complete ``<tag> ... </tag>`` pair."""
+    return re.compile(rf"<\s*{re.escape(tag)}\s*>(.*?)<\s*/\s*{re.escape(tag)}\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def find_tags(text: str, tag: str) -> list[re.Match[str]]:
+    """All complete ``<tag>...</tag>`` spans in ``text``, in order."""
+    return list(tag_re(tag).finditer(text))
+
+
+def count_open(text: str, tag: str) -> int:
+    return len(re.findall(rf"<\s*{re.escape(tag)}\s*>", text, re.IGNORECASE))
+
+
+def count_close(text: str, tag: str) -> int:
+    return len(re.findall(rf"<\s*/\s*{re.escape(tag)}\s*>", text, re.IGNORECASE))
+
+
+def last_action(text: str, tags: tuple[str, ...]) -> tuple[str, str] | None:
+    """The (tag, content) of the last complete tag among ``tags`` in ``text``, or None."""
+    best: tuple[int, str, str] | None = None
+    for tag in tags:
+        for m in find_tags(text, tag):
+            if best is None or m.end() > best[0]:
+                best = (m.end(), tag, m.group(1))
+    return None if best is None else (best[1], best[2])
+
+
+def tag_sequence(text: str, tags: tuple[str, ...]) -> list[str]:
+    """The order in which complete tags among ``tags`` appear (for structure checks)."""
+    spans = []
+    for tag in tags:
+        spans += [(m.start(), tag) for m in find_tags(text, tag)]
+    return [t for _, t in sorted(spans)]
+
+
+# --------------------------------------------------------------------------- the interface
+
+
+class Protocol:
+    """Base class. Subclasses set the class attributes and override ``parse`` / ``act`` / flags.
+
+    Args:
+        top_k: passages per search.
+        few_shot: include the protocol's demonstration(s) in the prompt. The default model
+            (SmolLM2-135M) almost never searches without one (see shared/ENVIRONMENT.md).
+        observation_mode: ``inline`` appends observations inside the assistant's text
+            (Search-R1 style); ``chat`` closes the assistant turn and delivers the observation
+            as a user turn. Either way every observation token has loss mask 0.
+        max_obs_chars: cap on the rendered observation text.
+    """
+
+    name: ClassVar[str] = ""
+    #: Strings that end a policy turn (besides EOS).
+    stop: ClassVar[tuple[str, ...]] = ()
+    #: Tags this protocol uses (for documentation and the token view).
+    tags: ClassVar[tuple[str, ...]] = ()
+    #: Tool names the protocol calls in the Toolbox.
+    required_tools: ClassVar[tuple[str, ...]] = ("search",)
+    default_observation_mode: ClassVar[str] = "inline"
+
+    def __init__(
+        self,
+        top_k: int = 3,
+        few_shot: bool = True,
+        observation_mode: str | None = None,
+        max_obs_chars: int = 2400,
+        max_chars_per_hit: int = 500,
+    ):
+        mode = observation_mode or self.default_observation_mode
+        if mode not in ("inline", "chat"):
+            raise ValueError(f"{self.name}: observation_mode must be 'inline' or 'chat', got {mode!r}")
+        if top_k < 1:
+            raise ValueError(f"{self.name}: top_k must be >= 1, got {top_k}")
+        self.top_k = top_k
+        self.few_shot = few_shot
+        self.observation_mode = mode
+        self.max_obs_chars = max_obs_chars
+        self.max_chars_per_hit = max_chars_per_hit
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "top_k": self.top_k,
+            "few_shot": self.few_shot,
+            "observation_mode": self.observation_mode,
+            "max_obs_chars": self.max_obs_chars,
+        }
+
+    # ------------------------------------------------------------------ prompts
+    def system_prompt(self) -> str:
+        raise NotImplementedError
+
+    def user_prompt(self, example: Example) -> str:
+        return f"Question: {example.question}"
+
+    def demonstrations(self) -> list[dict[str, Any]]:
+        """Few-shot demos: each ``{"question": str, "steps": [(kind, text), ...]}`` with kind policy|observation."""
+        return []
+
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        """Chat messages for the prompt: system, demonstrations (as chat turns), the question."""
+        msgs = [{"role": "system", "content": self.system_prompt()}]
+        if self.few_shot:
+            for demo in self.demonstrations():
+                msgs.append({"role": "user", "content": self.user_prompt_text(demo["question"])})
+                msgs += self._demo_turns(demo["steps"])
+        msgs.append({"role": "user", "content": self.user_prompt(example)})
+        return msgs
+
+    def user_prompt_text(self, question: str) -> str:
+        from workbench.data.example import Example
+
+        return self.user_prompt(Example(id="demo", question=question, answers=[]))
+
+    def _demo_turns(self, steps: list[tuple[str, str]]) -> list[dict[str, str]]:
+        if self.observation_mode == "chat":
+            role = {"policy": "assistant", "observation": "user"}
+            return [{"role": role[k], "content": t.strip()} for k, t in steps]
+        return [{"role": "assistant", "content": "".join(t for _, t in steps).strip()}]
+
+    # ------------------------------------------------------------------ actions
+    def parse(self, text: str) -> Action:
+        """Turn one policy turn's text into an ``Action``. Never raises."""
+        raise NotImplementedError
+
+    def act(self, action: Action, toolbox: Toolbox, example: Example) -> Observation:
+        """Execute a search action (or answer an invalid one) and render the observation."""
+        raise NotImplementedError
+
+    def invalid_observation(self, action: Action) -> Observation:
+        raise NotImplementedError
+
+    def answer_text(self, action: Action) -> str:
+        """The final answer string of an answer action (protocols may extract ``\\boxed{}``)."""
+        return str(action.payload or "").strip()
+
+    # ------------------------------------------------------------------ format
+    def format_flags(self, traj: Trajectory) -> dict[str, Any]:
+        """Named flags the rewards read. ``format_ok`` is the protocol's overall format verdict."""
+        actions = traj.actions
+        return {
+            "answered": traj.answer is not None,
+            "n_invalid": traj.n_invalid,
+            "format_ok": bool(actions) and traj.n_invalid == 0 and actions[-1].get("kind") == ANSWER,
+        }
+
+
+# --------------------------------------------------------------------------- registry
+
+PROTOCOLS: dict[str, type[Protocol]] = {}
+
+
+def register(cls: type[Protocol]) -> type[Protocol]:
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    PROTOCOLS[cls.name] = cls
+    return cls
+
+
+def get_protocol(name: str | Protocol, **kwargs: Any) -> Protocol:
+    """A protocol instance by name (or pass an instance through)."""
+    if isinstance(name, Protocol):
+        return name
+    import workbench.protocols  # noqa: F401  (registers the built-in protocols)
+
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {name!r}; valid names: {', '.join(sorted(PROTOCOLS))}")
+    return PROTOCOLS[name](**kwargs)

@@ -1,0 +1,56 @@
+"""Direct answer without retrieval: the no-search baseline (one turn, ``<answer>`` optional)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.protocols.base import ANSWER, INVALID, Action, Observation, Protocol, find_tags, register
+
+SYSTEM_PROMPT = (
+    "Answer the given question directly from your own knowledge, without searching. "
+    "Give only the final answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>."
+)
+
+DEMO = {
+    "question": "What is the capital of the country where the Loire river flows?",
+    "steps": [("policy", "<answer> Paris </answer>")],
+}
+
+
+@register
+class Direct(Protocol):
+    """The direct-generation baseline. A turn without ``<answer>`` tags counts as the answer itself
+    (so a model that ignores the format is still scored), flagged ``format_ok=False``."""
+
+    name = "direct"
+    stop = ("</answer>",)
+    tags = ("answer",)
+    required_tools = ()
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def demonstrations(self) -> list[dict[str, Any]]:
+        return [DEMO]
+
+    def parse(self, text: str) -> Action:
+        m = find_tags(text, "answer")
+        if m:
+            return Action(ANSWER, m[-1].group(1).strip())
+        stripped = text.replace("<answer>", " ").strip()
+        if not stripped:
+            return Action(INVALID, reason="empty output")
+        return Action(ANSWER, stripped, reason="no <answer> tags; whole output taken as the answer")
+
+    def act(self, action, toolbox, example) -> Observation:
+        return self.invalid_observation(action)
+
+    def invalid_observation(self, action: Action) -> Observation:
+        return Observation("\nPlease give the final answer inside <answer> and </answer>.\n")
+
+    def format_flags(self, traj) -> dict[str, Any]:
+        flags = super().format_flags(traj)
+        tagged = any(find_tags(t.text, "answer") for t in traj.policy_turns)
+        flags["format_ok"] = bool(flags["format_ok"] and tagged)
+        return flags

@@ -1,0 +1,114 @@
+"""The generation backend interface: token ids in, sampled ids + logprobs + finish reason out.
+
+Every backend (HF transformers, vLLM, an OpenAI-compatible server, the scripted test
+backend) implements ``generate``. The engine never re-encodes sampled text: it keeps the
+returned ids as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STOP, EOS, LENGTH, ERROR = "stop", "eos", "length", "error"
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings for one ``generate`` call."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    """0 means greedy."""
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    """Generation of a sequence ends once its generated text contains one of these."""
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        self.stop = tuple(self.stop)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Generation:
+    """One sampled continuation."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    """Logprob of each sampled id under the model's raw (temperature-1) distribution."""
+    finish_reason: str
+    """``stop`` (a stop string), ``eos``, ``length`` or ``error``."""
+    stop_string: str | None = None
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend:
+    """Base class. ``tokenizer`` must be the policy's tokenizer (used by the engine to encode
+    observations and decode sampled ids for parsing)."""
+
+    name = "backend"
+    tokenizer: Any
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, max_new_tokens: list[int] | None = None
+    ) -> list[Generation]:
+        """Continue each prompt. ``max_new_tokens`` optionally overrides the limit per prompt."""
+        raise NotImplementedError
+
+    def eos_token_ids(self) -> set[int]:
+        return eos_ids(self.tokenizer)
+
+    def chat(self, messages: list[dict[str, str]] | str, params: SamplingParams | None = None) -> str:
+        """Convenience for judges and filters: one chat completion, decoded."""
+        return self.chat_batch([messages], params)[0]
+
+    def chat_batch(self, conversations: list[list[dict[str, str]] | str], params: SamplingParams | None = None) -> list[str]:
+        params = params or SamplingParams(max_new_tokens=128, temperature=0.0)
+        prompts = [encode_chat(self.tokenizer, c) for c in conversations]
+        gens = self.generate(prompts, params)
+        return [self.tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in gens]
+
+    def as_llm(self, params: SamplingParams | None = None):
+        """A ``str -> str`` callable (the prompt sent as one user message), for the KG filter and judges."""
+        return lambda prompt: self.chat(prompt, params)
+
+
+def encode_chat(tokenizer: Any, conversation: list[dict[str, str]] | str) -> list[int]:
+    """Token ids of a chat prompt (with the generation prompt appended)."""
+    msgs = [{"role": "user", "content": conversation}] if isinstance(conversation, str) else conversation
+    if getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+        if hasattr(out, "keys") and "input_ids" in out:  # transformers >= 5 returns a BatchEncoding
+            out = out["input_ids"]
+        return [int(x) for x in out]
+    text = "\n\n".join(m["content"] for m in msgs) + "\n\n"
+    return tokenizer.encode(text, add_special_tokens=True)
+
+
+def eos_ids(tokenizer: Any, model_config: Any = None) -> set[int]:
+    """EOS ids from the tokenizer and (if given) a generation config."""
+    ids: set[int] = set()
+    for src in (tokenizer, model_config):
+        e = getattr(src, "eos_token_id", None)
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, (list, tuple)):
+            ids.update(int(x) for x in e)
+    return ids
+
+
+def find_stop(tail_text: str, stops: tuple[str, ...]) -> str | None:
+    for s in stops:
+        if s and s in tail_text:
+            return s
+    return None

@@ -1,0 +1,225 @@
+"""The multi-turn rollout engine shared by every protocol (token-in, token-out).
+
+For each example the engine builds the prompt ids once (chat template), then loops:
+generate until a stop string / EOS / token limit -> parse the turn into an action ->
+run the tool -> encode the observation once and append its ids -> continue. All active
+sequences of all groups are generated together in one batched ``generate`` call per turn.
+
+What the trajectory keeps is exactly what was sampled: the policy turn ids and logprobs
+come from the backend untouched; observation ids come from encoding the observation text
+once. The loss mask is 1 on policy tokens and 0 on observation (and prompt) tokens; the
+attention mask is untouched (observations stay visible to the model).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from workbench.data.example import Example
+from workbench.protocols.base import ANSWER, INVALID, SEARCH, Observation, Protocol
+from workbench.rollout.backends.base import EOS, ERROR, Backend, Generation, SamplingParams, encode_chat
+from workbench.tools.base import Toolbox
+from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+
+
+@dataclass
+class RolloutConfig:
+    """Budgets and sampling for a rollout."""
+
+    group_size: int = 1
+    """Rollouts per question (G); a group is generated as one batch."""
+    max_turns: int = 4
+    """Policy turns per trajectory (each search is a turn; R-Search uses 4, When-to-Search 5)."""
+    max_new_tokens: int = 256
+    """Tokens per policy turn."""
+    max_total_tokens: int = 4096
+    """Prompt + response tokens per trajectory."""
+    temperature: float = 1.0  # DynaSearcher / DSPO rollouts
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("group_size", "max_turns", "max_new_tokens", "max_total_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"RolloutConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"RolloutConfig.top_p must be in (0, 1], got {self.top_p}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chat_delta(tokenizer: Any) -> tuple[str, str]:
+    """The template text around an observation delivered as a user turn.
+
+    Returns ``(close_assistant_open_user, close_user_open_assistant)``, found by rendering
+    a marker conversation with the tokenizer's chat template (works for any template).
+    """
+    cached = getattr(tokenizer, "_workbench_chat_delta", None)
+    if cached is not None:
+        return cached
+    a, u = "\u2063WB_ASSISTANT\u2063", "\u2063WB_USER\u2063"
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": a},
+        {"role": "user", "content": u},
+    ]
+    text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    a_end, u_start = text.index(a) + len(a), text.index(u)
+    delta = (text[a_end:u_start], text[u_start + len(u) :])
+    try:
+        tokenizer._workbench_chat_delta = delta
+    except AttributeError:  # pragma: no cover - tokenizers without attribute support
+        pass
+    return delta
+
+
+class _State:
+    __slots__ = ("traj", "example", "done")
+
+    def __init__(self, traj: Trajectory, example: Example):
+        self.traj, self.example, self.done = traj, example, False
+
+    @property
+    def length(self) -> int:
+        return len(self.traj.prompt_ids) + sum(len(t.token_ids) for t in self.traj.turns)
+
+    def all_ids(self) -> list[int]:
+        return self.traj.token_ids
+
+
+def build_prompt_ids(protocol: Protocol, tokenizer: Any, example: Example) -> list[int]:
+    return encode_chat(tokenizer, protocol.messages(example))
+
+
+def rollout(
+    examples: list[Example],
+    protocol: Protocol,
+    toolbox: Toolbox,
+    backend: Backend,
+    config: RolloutConfig | None = None,
+    progress: bool = True,
+    meta: dict[str, Any] | None = None,
+) -> list[Trajectory]:
+    """Roll out ``config.group_size`` trajectories per example; returns them grouped in order."""
+    from tqdm.auto import tqdm
+
+    cfg = config or RolloutConfig()
+    tok = backend.tokenizer
+    eos = backend.eos_token_ids()
+    states: list[_State] = []
+    for ex in examples:
+        prompt_ids = build_prompt_ids(protocol, tok, ex)
+        prompt_text = tok.decode(prompt_ids, skip_special_tokens=False)
+        for g in range(cfg.group_size):
+            traj = Trajectory(
+                id=f"{ex.id}#{g}",
+                example_id=ex.id,
+                question=ex.question,
+                protocol=protocol.name,
+                prompt_ids=list(prompt_ids),
+                prompt_text=prompt_text,
+                group_id=ex.id,
+                sample_idx=g,
+                meta={
+                    "dataset": ex.dataset,
+                    "split": ex.split,
+                    "hops": ex.hops,
+                    "qtype": ex.qtype,
+                    **(meta or {}),
+                },
+            )
+            states.append(_State(traj, ex))
+    for s in states:
+        if s.length >= cfg.max_total_tokens:
+            _finish(s, "budget")
+
+    bar = tqdm(total=len(states), desc=f"rollout {protocol.name}", disable=not progress, leave=False)
+    bar.update(sum(s.done for s in states))
+    for turn_idx in range(cfg.max_turns):
+        active = [s for s in states if not s.done]
+        if not active:
+            break
+        limits = [min(cfg.max_new_tokens, cfg.max_total_tokens - s.length) for s in active]
+        params = SamplingParams(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop=tuple(protocol.stop),
+            seed=None if cfg.seed is None else cfg.seed * 1009 + turn_idx,
+        )
+        t0 = time.perf_counter()
+        try:
+            gens = backend.generate([s.all_ids() for s in active], params, limits)
+        except Exception as e:  # a backend failure ends these trajectories, recorded, not raised
+            gens = [Generation([], [], ERROR, error=f"{type(e).__name__}: {e}") for _ in active]
+        per_seq = (time.perf_counter() - t0) / max(1, len(active))
+        last_turn = turn_idx == cfg.max_turns - 1
+        for s, g in zip(active, gens):
+            _step(s, g, per_seq, protocol, toolbox, tok, eos, cfg, last_turn)
+            if s.done:
+                bar.update(1)
+    for s in states:
+        if not s.done:
+            _finish(s, "max_turns")
+    bar.close()
+    for s in states:
+        s.traj.flags = protocol.format_flags(s.traj)
+    return [s.traj for s in states]
+
+
+def _finish(s: _State, reason: str) -> None:
+    s.done = True
+    s.traj.finish_reason = reason
+
+
+def _step(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox: Toolbox, tok: Any, eos: set[int],
+          cfg: RolloutConfig, last_turn: bool) -> None:
+    traj = s.traj
+    if g.finish_reason == ERROR:
+        traj.meta.setdefault("errors", []).append(g.error)
+        _finish(s, "backend_error")
+        return
+    text = tok.decode(g.token_ids, skip_special_tokens=False)
+    action = protocol.parse(tok.decode(g.token_ids, skip_special_tokens=True))
+    if action.kind == INVALID and g.finish_reason == "length" and not action.reason.startswith("empty"):
+        action.reason = f"turn cut at {len(g.token_ids)} tokens without a complete action ({action.reason})"
+    traj.turns.append(
+        Turn(POLICY, text, list(g.token_ids), list(g.logprobs), g.finish_reason, action.to_dict(), latency_s=latency)
+    )
+    if action.kind == ANSWER:
+        traj.answer = protocol.answer_text(action)
+        _finish(s, "answer")
+        return
+    if s.length >= cfg.max_total_tokens:
+        _finish(s, "budget")
+        return
+    if last_turn:
+        return  # the caller marks it max_turns
+    if g.finish_reason == EOS and protocol.observation_mode == "inline" and action.kind == INVALID:
+        _finish(s, "eos")  # the model ended its message without acting
+        return
+    t0 = time.perf_counter()
+    obs: Observation = protocol.act(action, toolbox, s.example) if action.kind == SEARCH else protocol.invalid_observation(action)
+    obs_text = obs.text
+    if protocol.observation_mode == "chat":
+        close_open, reopen = chat_delta(tok)
+        if g.token_ids and g.token_ids[-1] in eos:
+            # the policy already closed its message with EOS: do not close it twice
+            eos_text = tok.decode([g.token_ids[-1]], skip_special_tokens=False)
+            if close_open.startswith(eos_text):
+                close_open = close_open[len(eos_text) :]
+        obs_text = close_open + obs.text.strip() + reopen
+    obs_ids = tok.encode(obs_text, add_special_tokens=False)
+    if s.length + len(obs_ids) >= cfg.max_total_tokens:
+        traj.turns[-1].tool_calls = obs.tool_calls  # keep the record of what was searched
+        _finish(s, "budget")
+        return
+    traj.turns.append(
+        Turn(OBSERVATION, obs_text, obs_ids, None, None, None, obs.tool_calls, latency_s=time.perf_counter() - t0)
+    )

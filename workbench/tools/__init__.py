@@ -1,0 +1,25 @@
+"""Search tools: BM25, dense, knowledge graph, multi-source, NL-DAG plans; result hygiene."""
+
+from workbench.tools.base import (
+    Hit,
+    Passage,
+    Toolbox,
+    ToolCall,
+    Triple,
+    clean_text,
+    neutralize_tags,
+    render_passages,
+    render_triples,
+)
+
+__all__ = [
+    "Hit",
+    "Passage",
+    "ToolCall",
+    "Toolbox",
+    "Triple",
+    "clean_text",
+    "neutralize_tags",
+    "render_passages",
+    "render_triples",
+]
