@@ -61,3 +61,26 @@ def test_stop_strings_end_generation(hf_backend):
         assert g.stop_string == " cats" and text.rstrip().endswith("cats")
     else:  # the model did not echo it: nothing to stop on, the text must not contain it
         assert " cats" not in text
+
+
+def test_prefix_cache_gives_the_same_rollout(policy, world):
+    """Reusing KV caches across turns (and across a group's identical prompts) changes nothing."""
+    from workbench.protocols import get_protocol
+    from workbench.rollout.backends.hf import HFBackend
+    from workbench.rollout.engine import RolloutConfig, rollout
+    from workbench.tools.base import Toolbox
+    from workbench.tools.bm25 import BM25Search
+
+    model, tok = policy
+    tb = Toolbox({"search": BM25Search(world.passages)})
+    ex = world.split("dev")[:2]
+    cfg = RolloutConfig(group_size=2, max_new_tokens=40, temperature=0.0, max_turns=3)
+    runs = {}
+    for pc in (True, False):
+        be = HFBackend(model, tok, prefix_cache=pc)
+        runs[pc] = (rollout(ex, get_protocol("search_r1"), tb, be, cfg, progress=False), be.stats)
+    (with_cache, s1), (without, s0) = runs[True], runs[False]
+    assert s1["prefill_tokens"] < s0["prefill_tokens"]  # the group's shared prompt is prefilled once
+    for a, b in zip(with_cache, without):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.response_logprobs, b.response_logprobs)) < 1e-3

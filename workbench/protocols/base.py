@@ -12,6 +12,7 @@ Model output is untrusted: ``parse`` never raises; anything it cannot use is an
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -84,6 +85,178 @@ def tag_sequence(text: str, tags: tuple[str, ...]) -> list[str]:
     for tag in tags:
         spans += [(m.start(), tag) for m in find_tags(text, tag)]
     return [t for _, t in sorted(spans)]
+
+
+# --------------------------------------------------------------------------- shared by the seed protocols
+#
+# Linear-time scanners (one regex pass over the tag events), so that a 10k-token turn made of
+# thousands of unclosed tags costs no more than reading it once.
+
+
+@functools.lru_cache(maxsize=64)
+def _events_re(tags: tuple[str, ...]) -> re.Pattern[str]:
+    alts = "|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True))
+    return re.compile(rf"<\s*(/?)\s*({alts})\s*>", re.IGNORECASE)
+
+
+def _tag_events(text: str, tags: tuple[str, ...]) -> list[tuple[int, int, str, bool]]:
+    """``(start, end, tag, closing)`` for every opening/closing tag among ``tags`` (tags lower-cased)."""
+    return [(m.start(), m.end(), m.group(2).lower(), bool(m.group(1))) for m in _events_re(tuple(tags)).finditer(text)]
+
+
+@dataclass
+class Block:
+    """One ``<tag> content </tag>`` span of a text."""
+
+    tag: str
+    content: str
+    start: int
+    end: int
+    clean: bool = True
+    """False when another protocol tag opened or closed inside it (nesting)."""
+
+    @property
+    def well_formed(self) -> bool:
+        """Closed, nothing nested inside, and not empty: what the seed papers count as a "box"."""
+        return self.clean and bool(self.content.strip())
+
+
+def scan_blocks(text: str, tags: tuple[str, ...]) -> tuple[list[Block], list[str]]:
+    """The flat sequence of ``<tag>...</tag>`` blocks among ``tags``, and what is wrong with the structure.
+
+    Blocks do not nest: a protocol tag opened or closed inside an open block is reported
+    (and marks that block not ``clean``); a closing tag with no open block and a block left
+    open at the end are reported too. Case and inner whitespace of tags are ignored.
+
+    >>> blocks, problems = scan_blocks("<think>a</think> x <search>b <answer>", ("think", "search", "answer"))
+    >>> [(b.tag, b.content) for b in blocks], problems
+    ([('think', 'a')], ['<answer> inside <search>', 'unclosed <search>'])
+    """
+    blocks: list[Block] = []
+    problems: list[str] = []
+    cur: list[Any] | None = None  # [tag, start, content_start, clean]
+    for s, e, tag, closing in _tag_events(text, tags):
+        if cur is None:
+            if closing:
+                problems.append(f"stray </{tag}>")
+            else:
+                cur = [tag, s, e, True]
+        elif tag == cur[0] and closing:
+            blocks.append(Block(tag, text[cur[2] : s], cur[1], e, cur[3]))
+            cur = None
+        else:
+            problems.append(f"<{'/' if closing else ''}{tag}> inside <{cur[0]}>")
+            cur[3] = False
+    if cur is not None:
+        problems.append(f"unclosed <{cur[0]}>")
+    return blocks, problems
+
+
+def last_block(text: str, tags: tuple[str, ...]) -> Block | None:
+    """The complete block among ``tags`` that ends last (its nearest opening tag before the close), or None.
+
+    >>> last_block("<search> a </search> <answer> b </answer>", ("search", "answer")).content
+    ' b '
+    >>> last_block("<search> x <search> y </search>", ("search",)).content
+    ' y '
+    """
+    opened: dict[str, tuple[int, int]] = {}
+    best: Block | None = None
+    for s, e, tag, closing in _tag_events(text, tags):
+        if not closing:
+            opened[tag] = (s, e)
+        elif tag in opened:
+            os_, oe = opened.pop(tag)
+            best = Block(tag, text[oe:s], os_, e)
+    return best
+
+
+def parse_tag_action(text: str, search_tag: str = "search", answer_tag: str = "answer") -> Action:
+    """The turn's action from its last complete ``<search>`` / ``<answer>`` block, content stripped.
+
+    Invalid (with the reason) when there is none, when the tag was left open, or when it is empty.
+    Protocols refine a search's payload (JSON, a plan) themselves. Never raises.
+    """
+    block = last_block(text, (search_tag, answer_tag))
+    if block is None:
+        for tag in (search_tag, answer_tag):
+            if count_open(text, tag):
+                return Action(INVALID, reason=f"unclosed <{tag}> tag")
+        return Action(INVALID, reason=f"no <{search_tag}> or <{answer_tag}> action in the turn")
+    content = block.content.strip()
+    if not content:
+        return Action(INVALID, reason=f"empty <{block.tag}>")
+    return Action(ANSWER if block.tag == answer_tag else SEARCH, content)
+
+
+def turn_blocks(traj: Trajectory, policy_tags: tuple[str, ...], observation_tags: tuple[str, ...]) -> tuple[list[Block], list[str]]:
+    """Blocks of the whole response in order, for structure checks.
+
+    Policy turns are scanned for ``policy_tags`` (include the observation tags there: a policy
+    that writes its own ``<result>`` is caught); observation turns only for ``observation_tags``,
+    so the instructions inside an invalid-action message do not count as blocks.
+    """
+    blocks: list[Block] = []
+    problems: list[str] = []
+    for turn in traj.turns:
+        tags = policy_tags if turn.kind == "policy" else observation_tags
+        b, p = scan_blocks(turn.text, tags)
+        blocks += b
+        problems += p
+    return blocks, problems
+
+
+def policy_blocks(traj: Trajectory, tag: str, tags: tuple[str, ...]) -> list[Block]:
+    """The ``tag`` blocks of the policy turns (scanned among ``tags``)."""
+    out: list[Block] = []
+    for turn in traj.turns:
+        if turn.kind == "policy":
+            out += [b for b in scan_blocks(turn.text, tags)[0] if b.tag == tag]
+    return out
+
+
+def wrap_observation(tag: str, body: str, max_chars: int, pad: str = "\n\n") -> str:
+    """``<tag>body</tag>`` with the body capped at ``max_chars`` (Search-R1's inline layout)."""
+    if len(body) > max_chars:
+        body = body[: max(0, max_chars - 1)].rstrip() + "…"
+    return f"{pad}<{tag}>{body}</{tag}>{pad}"
+
+
+_BOXED_RE = re.compile(r"\\boxed\s*\{")
+_TEXT_RE = re.compile(r"^\\(?:text|textbf|mathrm|mbox)\s*\{(.*)\}$", re.DOTALL)
+
+
+def extract_boxed(text: str, max_tries: int = 16) -> str | None:
+    r"""Content of the last balanced ``\boxed{...}`` in ``text`` (``\text{..}`` unwrapped), or None.
+
+    >>> extract_boxed(r"The final answer is \boxed{ \text{Paris} }.")
+    'Paris'
+    >>> extract_boxed(r"\boxed{a{b}c} and \boxed{unclosed") is None, extract_boxed(r"\boxed{a{b}c}")
+    (False, 'a{b}c')
+    """
+    starts = [m.end() for m in _BOXED_RE.finditer(text)]
+    for start in reversed(starts[-max_tries:]):
+        depth = 1
+        for i in range(start, len(text)):
+            c = text[i]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    inner = text[start:i].strip()
+                    m = _TEXT_RE.match(inner)
+                    return (m.group(1) if m else inner).strip()
+    return None
+
+
+def shape_ok(blocks: list[Block], pattern: str) -> bool:
+    """Whether the block tags, joined by spaces, fully match the regex ``pattern``.
+
+    >>> shape_ok([Block("think", "", 0, 0), Block("answer", "", 0, 0)], r"think (search result )*answer")
+    True
+    """
+    return re.fullmatch(pattern, " ".join(b.tag for b in blocks)) is not None
 
 
 # --------------------------------------------------------------------------- the interface

@@ -168,6 +168,7 @@ def rollout(
         if not s.done:
             _finish(s, "max_turns")
     bar.close()
+    backend.clear_cache()
     for s in states:
         s.traj.flags = protocol.format_flags(s.traj)
     return [s.traj for s in states]

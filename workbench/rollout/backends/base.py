@@ -68,6 +68,9 @@ class Backend:
     def eos_token_ids(self) -> set[int]:
         return eos_ids(self.tokenizer)
 
+    def clear_cache(self) -> None:
+        """Forget any state kept between calls (e.g. KV caches); the engine calls it after a rollout."""
+
     def chat(self, messages: list[dict[str, str]] | str, params: SamplingParams | None = None) -> str:
         """Convenience for judges and filters: one chat completion, decoded."""
         return self.chat_batch([messages], params)[0]
