@@ -79,8 +79,30 @@ def test_prefix_cache_gives_the_same_rollout(policy, world):
     for pc in (True, False):
         be = HFBackend(model, tok, prefix_cache=pc)
         runs[pc] = (rollout(ex, get_protocol("search_r1"), tb, be, cfg, progress=False), be.stats)
-    (with_cache, s1), (without, s0) = runs[True], runs[False]
-    assert s1["prefill_tokens"] < s0["prefill_tokens"]  # the group's shared prompt is prefilled once
+    (with_cache, _), (without, _) = runs[True], runs[False]
     for a, b in zip(with_cache, without):
         assert a.token_ids == b.token_ids
         assert max(abs(x - y) for x, y in zip(a.response_logprobs, b.response_logprobs)) < 1e-3
+
+
+def test_prefix_cache_reuses_the_previous_turn(policy):
+    from workbench.rollout.backends.hf import HFBackend
+
+    model, tok = policy
+    prompt = _prompt(tok, "Where was Ada Quist born? Search first.")
+    obs = tok.encode("\n<information>Ada Quist was born in Ulmbridge.</information>\n", add_special_tokens=False)
+    p = SamplingParams(max_new_tokens=12, temperature=0.0)
+    out = {}
+    for pc in (True, False):
+        be = HFBackend(model, tok, prefix_cache=pc)
+        g1 = be.generate([prompt, prompt], p)  # identical prompts: prefilled once
+        assert be.stats["prefill_tokens"] == len(prompt)
+        g2 = be.generate([prompt + g1[0].token_ids + obs], p)
+        out[pc] = (g1[0], g2[0], dict(be.stats))
+    (a1, a2, s_on), (b1, b2, s_off) = out[True], out[False]
+    assert a1.token_ids == b1.token_ids and a2.token_ids == b2.token_ids
+    assert max(abs(x - y) for x, y in zip(a2.logprobs, b2.logprobs)) < 1e-3
+    # with the cache only the last sampled token and the observation are prefilled on turn 2
+    assert s_on["reused_tokens"] == len(prompt) + len(a1.token_ids) - 1
+    assert s_on["prefill_tokens"] == len(prompt) + 1 + len(obs)
+    assert s_off["reused_tokens"] == 0

@@ -3,7 +3,14 @@
 ``get_protocol(name, **kwargs)`` returns an instance; ``PROTOCOLS`` lists them.
 """
 
-from workbench.protocols import direct, search_r1  # noqa: F401  (registers)
+from workbench.protocols import (  # noqa: F401  (registers)
+    direct,
+    dynasearcher,
+    rsearch_dag,
+    rsearch_evidence,
+    search_r1,
+    when_to_search,
+)
 from workbench.protocols.base import PROTOCOLS, Action, Observation, Protocol, get_protocol
 
 __all__ = ["PROTOCOLS", "Action", "Observation", "Protocol", "get_protocol"]

@@ -259,6 +259,24 @@ def shape_ok(blocks: list[Block], pattern: str) -> bool:
     return re.fullmatch(pattern, " ".join(b.tag for b in blocks)) is not None
 
 
+def format_errors(flags: dict[str, Any], problems: list[str], order_ok: bool, blocks: list[Block]) -> list[str]:
+    """Why a trajectory's format is not ok, in words (empty when it is): the ``format_errors`` flag.
+
+    ``flags`` holds the base flags (``answered``, ``n_invalid``); ``problems`` come from
+    ``turn_blocks``; ``order_ok`` says whether ``blocks`` match the protocol's shape.
+    """
+    errors = []
+    if not flags["answered"]:
+        errors.append("no answer")
+    if flags["n_invalid"]:
+        errors.append(f"{flags['n_invalid']} invalid action(s)")
+    if problems:
+        errors.append("tags: " + "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""))
+    if not order_ok:
+        errors.append("tag order: " + (" ".join(b.tag for b in blocks[:12]) or "no tags") + (" ..." if len(blocks) > 12 else ""))
+    return errors
+
+
 # --------------------------------------------------------------------------- the interface
 
 

@@ -1,5 +1,25 @@
-"""Rewards: answer metrics, per-trajectory features, rubrics, the five published presets, judges."""
+"""Rewards: answer metrics, per-trajectory features, rubrics, the five published presets, judges.
 
+Two steps (docs/architecture.md): ``compute_features(trajs, examples)`` computes the
+parameter-free facts of each trajectory once (a table, ``run/features.parquet``); a
+``Rubric`` (e.g. ``get_preset("dynasearcher", gamma=0.8)``) turns the table into rewards
+with a per-component breakdown, instantly. ``to_trl`` / ``to_verl`` export the same
+arithmetic for scale-out trainers; ``counterfactual`` compares parameter settings.
+"""
+
+from workbench.rewards.counterfactual import Counterfactual, counterfactual, group_stats, rescore
+from workbench.rewards.evidence import EVIDENCE_TEMPLATE, EvidenceScorer
+from workbench.rewards.export import features_from_text, features_from_texts, to_trl, to_verl, trajectory_from_text
+from workbench.rewards.features import (
+    FEATURE_COLUMNS,
+    FeatureCache,
+    check_concise,
+    compute_features,
+    featurize_run,
+    load_features,
+    save_features,
+)
+from workbench.rewards.judges import JUDGES, AccuracyJudge, Judge, SimilarityJudge, YesNoJudge, get_judge
 from workbench.rewards.metrics import (
     answer_metrics,
     cover_exact_match,
@@ -8,5 +28,15 @@ from workbench.rewards.metrics import (
     normalize_answer,
     sub_exact_match,
 )
+from workbench.rewards.presets import PRESETS, get_preset
+from workbench.rewards.rubric import RewardTable, Rubric
 
-__all__ = ["answer_metrics", "cover_exact_match", "exact_match", "f1_score", "normalize_answer", "sub_exact_match"]
+__all__ = [
+    "EVIDENCE_TEMPLATE", "FEATURE_COLUMNS", "JUDGES", "PRESETS",
+    "AccuracyJudge", "Counterfactual", "EvidenceScorer", "FeatureCache", "Judge", "RewardTable", "Rubric",
+    "SimilarityJudge", "YesNoJudge",
+    "answer_metrics", "check_concise", "compute_features", "counterfactual", "cover_exact_match", "exact_match",
+    "f1_score", "features_from_text", "features_from_texts", "featurize_run", "get_judge", "get_preset",
+    "group_stats", "load_features", "normalize_answer", "rescore", "save_features", "sub_exact_match", "to_trl",
+    "to_verl", "trajectory_from_text",
+]
