@@ -46,6 +46,9 @@ class Observation:
 
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
+    action: dict[str, Any] | None = None
+    """Set when the environment retrieved on its own (pipeline baselines): recorded on the
+    observation turn so that retrieval counts include it."""
 
 
 # --------------------------------------------------------------------------- tag helpers
@@ -366,6 +369,15 @@ class Protocol:
     def parse(self, text: str) -> Action:
         """Turn one policy turn's text into an ``Action``. Never raises."""
         raise NotImplementedError
+
+    def parse_in_context(self, text: str, traj: Trajectory) -> Action:
+        """``parse`` with the trajectory so far (for protocols whose action depends on the turn index)."""
+        return self.parse(text)
+
+    def initial_observation(self, example: Example, toolbox: Toolbox) -> Observation | None:
+        """An observation the environment appends before the first policy turn (retrieve-first
+        pipelines such as vanilla RAG); ``None`` for agent protocols."""
+        return None
 
     def act(self, action: Action, toolbox: Toolbox, example: Example) -> Observation:
         """Execute a search action (or answer an invalid one) and render the observation."""

@@ -136,6 +136,7 @@ def rollout(
             )
             states.append(_State(traj, ex))
     for s in states:
+        _initial_observation(s, protocol, toolbox, tok, cfg)
         if s.length >= cfg.max_total_tokens:
             _finish(s, "budget")
 
@@ -187,7 +188,7 @@ def _step(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox:
         _finish(s, "backend_error")
         return
     text = tok.decode(g.token_ids, skip_special_tokens=False)
-    action = protocol.parse(tok.decode(g.token_ids, skip_special_tokens=True))
+    action = protocol.parse_in_context(tok.decode(g.token_ids, skip_special_tokens=True), traj)
     if action.kind == INVALID and g.finish_reason == "length" and not action.reason.startswith("empty"):
         action.reason = f"turn cut at {len(g.token_ids)} tokens without a complete action ({action.reason})"
     traj.turns.append(
@@ -207,20 +208,34 @@ def _step(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox:
         return
     t0 = time.perf_counter()
     obs: Observation = protocol.act(action, toolbox, s.example) if action.kind == SEARCH else protocol.invalid_observation(action)
+    _append_observation(s, obs, protocol, tok, g.token_ids, eos, cfg, t0)
+
+
+def _initial_observation(s: _State, protocol: Protocol, toolbox: Toolbox, tok: Any, cfg: RolloutConfig) -> None:
+    t0 = time.perf_counter()
+    obs = protocol.initial_observation(s.example, toolbox)
+    if obs is not None:
+        _append_observation(s, obs, protocol, tok, [], set(), cfg, t0)
+
+
+def _append_observation(s: _State, obs: Observation, protocol: Protocol, tok: Any, last_ids: list[int], eos: set[int],
+                        cfg: RolloutConfig, t0: float) -> None:
+    traj = s.traj
     obs_text = obs.text
-    if protocol.observation_mode == "chat":
+    if protocol.observation_mode == "chat" and last_ids:
         close_open, reopen = chat_delta(tok)
-        if g.token_ids and g.token_ids[-1] in eos:
+        if last_ids[-1] in eos:
             # the policy already closed its message with EOS: do not close it twice
-            eos_text = tok.decode([g.token_ids[-1]], skip_special_tokens=False)
+            eos_text = tok.decode([last_ids[-1]], skip_special_tokens=False)
             if close_open.startswith(eos_text):
                 close_open = close_open[len(eos_text) :]
         obs_text = close_open + obs.text.strip() + reopen
     obs_ids = tok.encode(obs_text, add_special_tokens=False)
     if s.length + len(obs_ids) >= cfg.max_total_tokens:
-        traj.turns[-1].tool_calls = obs.tool_calls  # keep the record of what was searched
+        if traj.turns:
+            traj.turns[-1].tool_calls = obs.tool_calls  # keep the record of what was searched
         _finish(s, "budget")
         return
     traj.turns.append(
-        Turn(OBSERVATION, obs_text, obs_ids, None, None, None, obs.tool_calls, latency_s=time.perf_counter() - t0)
+        Turn(OBSERVATION, obs_text, obs_ids, None, None, obs.action, obs.tool_calls, latency_s=time.perf_counter() - t0)
     )

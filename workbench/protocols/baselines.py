@@ -1,0 +1,173 @@
+"""Classic RAG baselines as protocols, so they run through the same engine and are scored alike.
+
+- ``vanilla_rag``: one retrieval with the question (top-k 5), then one answer.
+- ``iter_retgen``: Iter-RetGen (Shao et al. 2023): retrieve with the question, generate; then
+  ``iterations - 1`` more times retrieve with question + last generation and generate again;
+  the last generation is the answer (3 iterations by default).
+- ``ircot``: IRCoT (Trivedi et al. 2023): retrieve with the question, then alternate one
+  chain-of-thought sentence and a retrieval with that sentence, until a sentence says
+  "So the answer is: ..." or the turn budget ends (bounded by ``max_turns``).
+
+The retrievals the environment makes on its own are recorded as search actions on the
+observation turns, so the retrieval count (RC) includes them. Observations are inline
+(inside the assistant's message) and carry loss mask 0 like any observation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Observation, Protocol, find_tags, register
+from workbench.tools.base import Toolbox, render_passages
+
+_RAG_SYSTEM = (
+    "Answer the question using the retrieved documents. Give only the final answer inside <answer> and </answer>, "
+    "without detailed illustrations. For example, <answer> Beijing </answer>."
+)
+_RAG_DEMO = {
+    "question": "Who founded the company that built the Harrow Bridge?",
+    "steps": [
+        ("observation", "<documents>\nDoc 1(Title: Harrow Bridge) The Harrow Bridge was built by Velt & Sons.\n"
+                        "Doc 2(Title: Velt & Sons) Velt & Sons was founded by Ira Velt in 1880.\n</documents>\n"),
+        ("policy", "<answer> Ira Velt </answer>"),
+    ],
+}
+
+
+def _retrieve(protocol: Protocol, toolbox: Toolbox, query: str, env_initiated: bool = False) -> Observation:
+    call = toolbox.call("search", query=query, k=protocol.top_k)
+    body = render_passages(call.hits(), style="doc", max_chars_per_hit=protocol.max_chars_per_hit) if call.ok else f"Search failed: {call.error}"
+    body = (body or "No results.")[: protocol.max_obs_chars]
+    # a retrieval the environment makes on its own is recorded as a search action on the observation
+    action = {"kind": SEARCH, "payload": query, "reason": ""} if env_initiated else None
+    return Observation(f"<documents>\n{body}\n</documents>\n", [call], action=action)
+
+
+def _answer_or_text(text: str) -> Action:
+    m = find_tags(text, "answer")
+    if m:
+        content = m[-1].group(1).strip()
+        return Action(ANSWER, content) if content else Action(INVALID, reason="empty <answer>")
+    stripped = text.strip()
+    return Action(ANSWER, stripped, reason="no <answer> tags; whole output taken") if stripped else Action(INVALID, reason="empty output")
+
+
+class _RetrieveFirst(Protocol):
+    """Shared by the pipeline baselines: inline observations, retrieval with the question first."""
+
+    default_observation_mode = "inline"
+    tags = ("documents", "answer")
+
+    def __init__(self, top_k: int = 5, **kwargs: Any):
+        kwargs["observation_mode"] = "inline"
+        super().__init__(top_k=top_k, **kwargs)
+
+    def system_prompt(self) -> str:
+        return _RAG_SYSTEM
+
+    def demonstrations(self) -> list[dict[str, Any]]:
+        return [_RAG_DEMO]
+
+    def initial_observation(self, example, toolbox) -> Observation:
+        return _retrieve(self, toolbox, example.question, env_initiated=True)
+
+    def act(self, action, toolbox, example) -> Observation:
+        if action.kind != SEARCH:
+            return self.invalid_observation(action)
+        return _retrieve(self, toolbox, str(action.payload))
+
+    def invalid_observation(self, action: Action) -> Observation:
+        return Observation("\nPlease give the final answer inside <answer> and </answer>.\n")
+
+    def format_flags(self, traj) -> dict[str, Any]:
+        flags = super().format_flags(traj)
+        flags["answer_boxes"] = sum(len(find_tags(t.text, "answer")) for t in traj.policy_turns)
+        flags["format_ok"] = bool(flags["format_ok"] and flags["answer_boxes"] >= 1)
+        return flags
+
+
+@register
+class VanillaRAG(_RetrieveFirst):
+    """One retrieval (top-k 5), one answer."""
+
+    name = "vanilla_rag"
+    stop = ("</answer>",)
+
+    def parse(self, text: str) -> Action:
+        return _answer_or_text(text)
+
+
+@register
+class IterRetGen(_RetrieveFirst):
+    """Iter-RetGen: ``iterations`` rounds of retrieve-then-generate; the last generation answers."""
+
+    name = "iter_retgen"
+    stop = ("</answer>",)
+
+    def __init__(self, iterations: int = 3, **kwargs: Any):
+        super().__init__(**kwargs)
+        if iterations < 1:
+            raise ValueError(f"iter_retgen: iterations must be >= 1, got {iterations}")
+        self.iterations = iterations
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "iterations": self.iterations}
+
+    def parse(self, text: str) -> Action:
+        return _answer_or_text(text)
+
+    def parse_in_context(self, text: str, traj) -> Action:
+        action = self.parse(text)
+        done = len(traj.policy_turns)  # generations before this one
+        if action.kind == ANSWER and done + 1 < self.iterations:
+            # retrieve again with the question and the generation so far (Iter-RetGen's query)
+            return Action(SEARCH, f"{traj.question} {action.payload}")
+        return action
+
+
+_ANSWER_IS = re.compile(r"answer is\s*:?\s*(.+)", re.IGNORECASE | re.DOTALL)
+
+
+@register
+class IRCoT(_RetrieveFirst):
+    """IRCoT: one reasoning sentence per turn, each used as the next retrieval query."""
+
+    name = "ircot"
+    stop = ("</answer>", ".", "\n")
+    _SYSTEM = (
+        "Answer the question by reasoning step by step using the retrieved documents. Write one sentence at a time. "
+        "When you know the answer, write: So the answer is: <answer> ANSWER </answer>"
+    )
+    _DEMO = {
+        "question": "Who founded the company that built the Harrow Bridge?",
+        "steps": [
+            ("observation", "<documents>\nDoc 1(Title: Harrow Bridge) The Harrow Bridge was built by Velt & Sons.\n</documents>\n"),
+            ("policy", "The Harrow Bridge was built by Velt & Sons."),
+            ("observation", "<documents>\nDoc 1(Title: Velt & Sons) Velt & Sons was founded by Ira Velt in 1880.\n</documents>\n"),
+            ("policy", "Velt & Sons was founded by Ira Velt."),
+            ("observation", "<documents>\nDoc 1(Title: Ira Velt) Ira Velt was an engineer and the founder of Velt & Sons.\n</documents>\n"),
+            ("policy", "So the answer is: <answer> Ira Velt </answer>"),
+        ],
+    }
+
+    def __init__(self, top_k: int = 3, **kwargs: Any):
+        super().__init__(top_k=top_k, **kwargs)
+
+    def system_prompt(self) -> str:
+        return self._SYSTEM
+
+    def demonstrations(self) -> list[dict[str, Any]]:
+        return [self._DEMO]
+
+    def parse(self, text: str) -> Action:
+        m = find_tags(text, "answer")
+        if m and m[-1].group(1).strip():
+            return Action(ANSWER, m[-1].group(1).strip())
+        said = _ANSWER_IS.search(text)
+        if said and said.group(1).strip(" .<>\n"):
+            return Action(ANSWER, said.group(1).replace("<answer>", "").strip(" .\n"))
+        sentence = text.strip()
+        if not sentence:
+            return Action(INVALID, reason="empty reasoning step")
+        return Action(SEARCH, sentence)
