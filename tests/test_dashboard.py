@@ -1,0 +1,277 @@
+"""The dashboard: its DuckDB queries on small scripted runs, the Panel app served and loaded in
+headless Chromium, the loopback-only rule, the static HTML export, and `workbench lab`'s command.
+
+The browser test saves its screenshot under tmp_path and copies it to
+``runs/test-artifacts/dashboard.png`` (``$WORKBENCH_RUNS/test-artifacts/`` when that is set).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from workbench import cli
+from workbench.dashboard import app as dash
+from workbench.dashboard import queries as q
+from workbench.data.example import Example
+from workbench.eval.runner import evaluate, write_eval_run
+from workbench.rollout.backends.scripted import ScriptedBackend
+from workbench.rollout.engine import RolloutConfig
+from workbench.runs import Run
+from workbench.tools.base import Hit, Toolbox
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+RUN_A, RUN_B, RUN_T = "20261122-100000-eval-a", "20261122-110000-eval-b", "20261122-120000-train-t"
+
+EX_A = [Example("a1", "Who founded Tarnholm Mills?", ["Ada Quist"], dataset="world", hops=1),
+        Example("a2", "Where is Ulmbridge?", ["Ostrevia"], dataset="world", hops=2)]
+EX_B = [Example("b1", "Who founded Tarnholm Mills?", ["Ada Quist"], dataset="hotpotqa", hops=2),
+        Example("b2", "Where is Ulmbridge?", ["Ostrevia"], dataset="hotpotqa", hops=2),
+        Example("b3", "Where is Brackwater?", ["Ostrevia"], dataset="hotpotqa", hops=3)]
+
+
+def _search(query: str, k: int = 3):
+    return [Hit("p1", "Tarnholm Mills", "Tarnholm Mills was founded by Ada Quist.", 1.0)]
+
+
+def _eval_run(root: Path, run_id: str, tokenizer, examples, methods: dict[str, list[str]], dataset: str) -> Run:
+    """An eval run written exactly as `workbench eval` writes one, with scripted model turns."""
+    results = [
+        evaluate(m, examples, ScriptedBackend(tokenizer, script), Toolbox({"search": _search}),
+                 RolloutConfig(max_turns=3), progress=False)
+        for m, script in methods.items()
+    ]
+    run = Run.create(root, kind="eval", run_id=run_id, config={"model": "scripted", "dataset": dataset})
+    return write_eval_run(run, results, examples)
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory, tokenizer) -> Path:
+    """Two eval runs and a training run.
+
+    A (world): direct and search_r1 both answer "Ada Quist" on a1 (right) and a2 (wrong);
+    search_r1 searches once first. B (hotpotqa): search_r1 answers "Ostrevia" (right on b2, b3).
+    """
+    root = tmp_path_factory.mktemp("runs")
+    _eval_run(root, RUN_A, tokenizer, EX_A, {
+        "direct": ["<answer> Ada Quist </answer>"],
+        "search_r1": ["<search> Tarnholm Mills </search>", "<answer> Ada Quist </answer>"],
+    }, "world")
+    _eval_run(root, RUN_B, tokenizer, EX_B, {
+        "search_r1": ["<search> where </search>", "<answer> Ostrevia </answer>"],
+    }, "hotpotqa")
+    t = Run.create(root, kind="train", run_id=RUN_T, config={"model": "scripted", "dataset": "world"})
+    for step in range(3):
+        t.append_step_metrics({"step": step, "reward_mean": 0.1 * step, "kl": 0.01, "reward/f1": 0.2, "note": "x"})
+    return root
+
+
+def _broken_copy(runs_root: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "runs"
+    shutil.copytree(runs_root, root)
+    bad = Run.create(root, kind="eval", run_id="20261122-130000-broken", config={"model": "m"})
+    (bad.path / "trajectories.parquet").write_bytes(b"this is not parquet")
+    (bad.path / "metrics.json").write_text("{not json", encoding="utf-8")
+    Run.create(root, kind="eval", run_id="20261122-140000-missing", config={"model": "m"})
+    (root / RUN_T / "metrics.jsonl").write_text('{"step": 0, "reward_mean": 0.5}\n{oops\n', encoding="utf-8")
+    (root / "not-a-run").mkdir()
+    return root
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def test_runs_table_one_row_per_run(runs_root):
+    df = q.runs_table(runs_root).set_index("run_id")
+    assert list(df.index) == [RUN_T, RUN_B, RUN_A]  # newest first
+    assert df.loc[RUN_A, "n_trajectories"] == 4 and df.loc[RUN_B, "n_trajectories"] == 3
+    assert df.loc[RUN_A, "methods"] == "direct, search_r1" and df.loc[RUN_B, "methods"] == "search_r1"
+    assert df.loc[RUN_B, "dataset"] == "hotpotqa" and df.loc[RUN_A, "kind"] == "eval"
+    assert df.loc[RUN_B, "best_method"] == "search_r1"
+    assert df.loc[RUN_B, "f1"] == pytest.approx(2 / 3) and df.loc[RUN_B, "searches"] == pytest.approx(1.0)
+    assert df.loc[RUN_T, "kind"] == "train" and df.loc[RUN_T, "steps"] == 3
+    assert df.loc[RUN_T, "reward_mean"] == pytest.approx(0.2)
+    assert (df["error"] == "").all()
+
+
+def test_method_metrics_means_per_run_and_method(runs_root):
+    df = q.method_metrics(runs_root).set_index(["run_id", "method"])
+    assert len(df) == 3
+    a_direct, a_search, b_search = df.loc[(RUN_A, "direct")], df.loc[(RUN_A, "search_r1")], df.loc[(RUN_B, "search_r1")]
+    assert a_direct["n"] == 2 and a_direct["em"] == pytest.approx(0.5) and a_direct["searches"] == 0
+    assert a_search["f1"] == pytest.approx(0.5) and a_search["searches"] == pytest.approx(1.0)
+    assert b_search["n"] == 3 and b_search["em"] == pytest.approx(2 / 3) and b_search["dataset"] == "hotpotqa"
+    assert a_direct["dataset"] == "world" and a_direct["answered"] == 1.0
+
+
+def test_counts_hops_and_protocols(runs_root):
+    counts = q.trajectory_counts(runs_root).set_index("run_id")
+    assert counts.loc[RUN_A, "n_trajectories"] == 4 and counts.loc[RUN_A, "n_methods"] == 2
+    assert RUN_T not in counts.index  # a training run without trajectories
+
+    hops = q.hop_breakdown(runs_root).set_index(["run_id", "method", "hops"])
+    assert hops.loc[(RUN_A, "direct", 1), "em"] == 1.0 and hops.loc[(RUN_A, "direct", 2), "em"] == 0.0
+    assert hops.loc[(RUN_B, "search_r1", 2), "n"] == 2 and hops.loc[(RUN_B, "search_r1", 2), "f1"] == pytest.approx(0.5)
+    assert hops.loc[(RUN_B, "search_r1", 3), "f1"] == 1.0
+
+    protos = q.protocol_breakdown(runs_root).set_index("protocol")
+    assert protos.loc["search_r1", "n"] == 5 and protos.loc["search_r1", "runs"] == 2
+    assert protos.loc["search_r1", "em"] == pytest.approx(3 / 5) and protos.loc["direct", "searches"] == 0
+    assert protos.loc["search_r1", "finished_by_answer"] == 1.0
+
+
+def test_run_trajectories_and_one_transcript(runs_root):
+    df = q.run_trajectories(runs_root, RUN_A)
+    assert list(df.columns) == q.TRAJECTORY_COLUMNS and len(df) == 4
+    assert sorted(df["method"]) == ["direct", "direct", "search_r1", "search_r1"]
+    row = df[(df["method"] == "search_r1") & (df["id"].str.startswith("a1"))]["row"].item()
+    traj = q.load_trajectory(runs_root, RUN_A, row)
+    assert traj.protocol == "search_r1" and traj.answer == "Ada Quist" and traj.n_searches == 1
+    html = dash.transcript_html(runs_root, RUN_A, row)
+    assert "Tarnholm Mills" in html and "observation (loss mask 0)" in html
+    assert q.run_trajectories(runs_root, "no-such-run").empty
+
+
+def test_training_curves_numeric_columns_only(runs_root):
+    curves = q.training_curves(runs_root)
+    assert set(curves["run_id"]) == {RUN_T}
+    assert set(curves["metric"]) == {"reward_mean", "kl", "reward/f1"}  # "note" is not a number
+    assert q.curve_metrics(curves)[0] == "reward_mean"
+    rm = curves[curves["metric"] == "reward_mean"].sort_values("step")
+    assert list(rm["value"]) == pytest.approx([0.0, 0.1, 0.2])
+
+
+def test_broken_and_missing_files_become_error_cells(runs_root, tmp_path):
+    root = _broken_copy(runs_root, tmp_path)
+    df = q.runs_table(root).set_index("run_id")
+    assert "not-a-run" not in df.index
+    err = df.loc["20261122-130000-broken", "error"]
+    assert "trajectories.parquet" in err and "metrics.json" in err
+    assert "trajectories.parquet: missing" in df.loc["20261122-140000-missing", "error"]
+    assert "unreadable line" in df.loc[RUN_T, "error"] and df.loc[RUN_T, "steps"] == 1
+    assert df.loc[RUN_A, "error"] == "" and df.loc[RUN_A, "n_trajectories"] == 4  # the others still count
+    assert len(q.method_metrics(root)) == 3
+    dash.build_app(root)  # and the app builds
+
+
+def test_empty_runs_dir_renders_a_message(tmp_path):
+    app = dash.build_app(tmp_path / "nothing-here")
+    text = " ".join(str(getattr(o, "object", "")) for o in app.select())
+    assert "No runs under" in text
+    assert q.runs_table(tmp_path).empty and q.method_metrics(tmp_path).empty
+
+
+def test_figures_have_a_metric_menu(runs_root):
+    df = q.method_metrics(runs_root)
+    fig = dash.compare_figure(df, ["f1", "em"])
+    menu = fig.layout.updatemenus[0]
+    assert [b.label for b in menu.buttons] == ["metric: f1", "metric: em"]
+    assert sum(bool(t.visible) for t in fig.data) == 2  # f1's two methods only
+    assert menu.buttons[1].args[0]["visible"] == [False, False, True, True]
+
+
+# --------------------------------------------------------------------------- serving
+
+
+@pytest.mark.parametrize("host,ok", [("127.0.0.1", True), ("localhost", True), ("::1", True), ("127.0.0.2", True),
+                                     ("0.0.0.0", False), ("192.168.1.5", False), ("example.org", False)])
+def test_only_loopback_without_allow_remote(host, ok):
+    assert dash.is_loopback(host) is ok
+    if ok:
+        dash.check_host(host, allow_remote=False)
+    else:
+        with pytest.raises(ValueError, match="--allow-remote"):
+            dash.serve_dashboard("runs", port=1, host=host)
+        dash.check_host(host, allow_remote=True)  # the explicit flag allows it
+
+
+def test_cli_refuses_remote_bind(capsys, tmp_path):
+    assert cli.main(["dashboard", "--runs", str(tmp_path), "--host", "0.0.0.0", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "not a loopback address" in err and "--allow-remote" in err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _artifact_dir() -> Path:
+    from workbench.paths import runs_dir
+
+    return runs_dir() / "test-artifacts"
+
+
+def test_served_dashboard_renders_in_chromium(runs_root, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    server = dash.serve_dashboard(runs_root, port=port, threaded=True)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
+            page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+            page.wait_for_selector(".tabulator-row", timeout=30_000)
+            assert page.locator(".js-plotly-plot").count() >= 2
+            for run_id in (RUN_A, RUN_B, RUN_T):  # the runs table (locators see into Panel's shadow DOM)
+                assert page.locator(".tabulator-cell", has_text=run_id).count() >= 1, run_id
+            shot = tmp_path / "dashboard.png"
+            page.screenshot(path=str(shot), full_page=True)
+            _artifact_dir().mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, _artifact_dir() / "dashboard.png")
+            # drill-down: open the tab, pick a trajectory row, see its transcript
+            page.locator(".bk-tab", has_text="Trajectories").click()
+            page.locator(".tabulator-row", has_text="b3#0").last.click()
+            page.get_by_text("observation (loss mask 0)").first.wait_for(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "drilldown.png"), full_page=True)
+            shutil.copy(tmp_path / "drilldown.png", _artifact_dir() / "dashboard-drilldown.png")
+            browser.close()
+    finally:
+        server.stop()
+    assert shot.stat().st_size > 10_000
+
+
+def test_static_export_contains_the_runs_and_no_cdn_links(runs_root, tmp_path):
+    out = tmp_path / "dash.html"
+    assert cli.main(["dashboard", "--runs", str(runs_root), "--static", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    for run_id in (RUN_A, RUN_B, RUN_T):
+        assert run_id in page
+    assert "cdn.holoviz.org" not in page and "Plotly" in page
+    assert "observation (loss mask 0)" in page  # transcripts are inlined for the offline page
+
+
+# --------------------------------------------------------------------------- lab
+
+
+def test_lab_command_and_cli(monkeypatch, capsys):
+    cmd = cli.lab_command(port=9123, no_browser=True, notebooks="/x/notebooks")
+    assert cmd[1:3] == ["-m", "jupyterlab"]
+    assert ["--notebook-dir", "/x/notebooks"] == cmd[3:5]
+    assert "--ServerApp.ip=127.0.0.1" in cmd and "--ServerApp.port=9123" in cmd and "--no-browser" in cmd
+    assert "--MultiKernelManager.default_kernel_name=workbench" in cmd
+    assert "--no-browser" not in cli.lab_command(port=8888)
+
+    import subprocess
+
+    seen = []
+    monkeypatch.setattr(subprocess, "call", lambda c: seen.append(c) or 0)
+    assert cli.main(["lab", "--port", "9124", "--no-browser"]) == 0
+    assert "--ServerApp.port=9124" in seen[0] and seen[0][4].endswith("notebooks")
+    assert "http://127.0.0.1:9124/lab" in capsys.readouterr().out
+
+
+def test_metrics_json_of_runs_is_read_as_summaries(runs_root):
+    s = q.summary_metrics(runs_root).set_index(["run_id", "method"])
+    summary = json.loads((runs_root / RUN_B / "metrics.json").read_text())["methods"]["search_r1"]
+    assert s.loc[(RUN_B, "search_r1"), "f1"] == pytest.approx(summary["f1"]) == pytest.approx(2 / 3)

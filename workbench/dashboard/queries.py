@@ -1,0 +1,393 @@
+"""Queries over a runs root (``runs/<run_id>/``) for the dashboard; each returns a DataFrame.
+
+Small JSON files (``config.json``, ``metrics.json``, ``metrics.jsonl``) are read with Python;
+trajectories are read with DuckDB, all runs at once::
+
+    read_parquet([...every runs/*/trajectories.parquet...], filename=true, union_by_name=true)
+
+The file list is the glob ``runs/*/trajectories.parquet`` minus files whose Parquet footer
+does not read: one broken file must not take the whole table down. Broken and missing files
+become text in the ``error`` column of :func:`runs_table`; no function here raises for them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench.runs import CONFIG, METRICS, STEP_METRICS, TRAJECTORIES
+from workbench.trajectory import Trajectory
+
+#: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
+ANSWER_METRICS = ("em", "cem", "f1", "format_ok")
+#: Summary keys shown per method, from ``metrics.json`` (``{"methods": {method: summary}}``).
+SUMMARY_METRICS = ("n", "em", "cem", "f1", "searches", "tokens", "seconds", "valid_actions", "answered", "format_ok")
+#: Files a run of each kind is expected to have (a missing one is reported in ``error``).
+EXPECTED_FILES = {"eval": (TRAJECTORIES, METRICS), "train": (STEP_METRICS,)}
+
+RUNS_COLUMNS = [
+    "run_id", "kind", "error", "created", "model", "dataset", "methods", "n_trajectories",
+    "best_method", "em", "cem", "f1", "searches", "steps", "reward_mean",
+]
+
+
+def _root(runs_dir: str | os.PathLike) -> Path:
+    return Path(runs_dir).expanduser()
+
+
+def run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
+    """Run directories (those with a ``config.json``), newest id first."""
+    root = _root(runs_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if (p / CONFIG).is_file()), key=lambda p: p.name, reverse=True)
+
+
+# --------------------------------------------------------------------------- trajectories (DuckDB)
+
+
+@dataclass
+class TrajectorySources:
+    """Readable trajectory files by run id, and the error text of the unreadable ones."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def trajectory_sources(runs_dir: str | os.PathLike) -> TrajectorySources:
+    """``runs/*/trajectories.parquet`` of run directories, split into readable files and errors."""
+    import pyarrow.parquet as pq
+
+    src = TrajectorySources()
+    for d in run_dirs(runs_dir):
+        p = d / TRAJECTORIES
+        if not p.exists():
+            continue
+        try:
+            pq.read_metadata(p)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is reported, not raised
+            src.errors[d.name] = f"{TRAJECTORIES}: {type(e).__name__}: {e}"
+        else:
+            src.files[d.name] = p
+    return src
+
+
+_RUN_ID_SQL = r"regexp_extract(filename, '([^/\\]+)[/\\]trajectories\.parquet$', 1)"
+
+
+class _Trajectories:
+    """A DuckDB connection with a view ``t``: one row per trajectory of every readable run.
+
+    Columns: run_id, row (position in its file), method, protocol, dataset, hops, id, question, answer, finish_reason,
+    n_searches, n_invalid, n_policy_tokens, latency_s, em, cem, f1, format_ok (NULL where a
+    run has no such column).
+    """
+
+    def __init__(self, files: list[Path]):
+        import duckdb
+
+        self.con = duckdb.connect()
+        self.empty = not files
+        if self.empty:
+            return
+        paths = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files)
+        source = f"read_parquet([{paths}], filename=true, union_by_name=true, file_row_number=true)"
+        cols = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+
+        def col(name: str, sql_type: str = "DOUBLE") -> str:
+            return f"CAST({name} AS {sql_type}) AS {name}" if name in cols else f"CAST(NULL AS {sql_type}) AS {name}"
+
+        def meta(key: str, sql_type: str = "VARCHAR") -> str:
+            if "meta_json" not in cols:
+                return f"CAST(NULL AS {sql_type})"
+            return f"TRY_CAST(json_extract_string(meta_json, '$.{key}') AS {sql_type})"
+
+        method = "COALESCE(method, protocol)" if "method" in cols else "protocol"
+        self.con.execute(
+            f"""
+            CREATE VIEW t AS SELECT
+                {_RUN_ID_SQL} AS run_id,
+                file_row_number AS "row",
+                {method} AS method,
+                protocol,
+                {meta("dataset")} AS dataset,
+                {meta("hops", "INTEGER")} AS hops,
+                id, question, answer, finish_reason,
+                {col("n_searches", "INTEGER")}, {col("n_invalid", "INTEGER")}, {col("n_policy_tokens", "INTEGER")}, {col("latency_s")},
+                {", ".join(col(m) for m in ANSWER_METRICS)}
+            FROM {source}
+            """
+        )
+
+    def df(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+        return self.con.execute(sql, params or []).df()
+
+
+def _query(runs_dir: str | os.PathLike, sql: str, columns: list[str], params: list[Any] | None = None) -> pd.DataFrame:
+    """Run ``sql`` over the view ``t`` of all readable runs; an empty frame with ``columns`` if none."""
+    src = trajectory_sources(runs_dir)
+    t = _Trajectories(list(src.files.values()))
+    if t.empty:
+        return pd.DataFrame(columns=columns)
+    return t.df(sql, params)
+
+
+_COUNT_COLUMNS = ["run_id", "n_trajectories", "n_methods", "methods", "searches", "answered", "f1"]
+
+
+def trajectory_counts(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Per run: number of trajectories and methods, mean searches, share answered, mean F1."""
+    return _query(
+        runs_dir,
+        """
+        SELECT run_id, count(*) AS n_trajectories, count(DISTINCT method) AS n_methods,
+               string_agg(DISTINCT method, ', ' ORDER BY method) AS methods,
+               avg(n_searches) AS searches, avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered, avg(f1) AS f1
+        FROM t GROUP BY run_id ORDER BY run_id DESC
+        """,
+        _COUNT_COLUMNS,
+    )
+
+
+_METHOD_COLUMNS = ["run_id", "dataset", "method", "n", "em", "cem", "f1", "format_ok", "searches", "tokens", "answered"]
+
+
+def method_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Per run, dataset and method: n and mean answer metrics, searches, policy tokens, share answered."""
+    return _query(
+        runs_dir,
+        """
+        SELECT run_id, COALESCE(dataset, '?') AS dataset, method, count(*) AS n,
+               avg(em) AS em, avg(cem) AS cem, avg(f1) AS f1, avg(format_ok) AS format_ok,
+               avg(n_searches) AS searches, avg(n_policy_tokens) AS tokens,
+               avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered
+        FROM t GROUP BY ALL ORDER BY run_id DESC, dataset, method
+        """,
+        _METHOD_COLUMNS,
+    )
+
+
+_HOP_COLUMNS = ["run_id", "method", "hops", "n", "em", "cem", "f1", "searches"]
+
+
+def hop_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Per run, method and hop count (trajectories with a known hop count): n, answer metrics, searches."""
+    return _query(
+        runs_dir,
+        """
+        SELECT run_id, method, hops, count(*) AS n, avg(em) AS em, avg(cem) AS cem, avg(f1) AS f1,
+               avg(n_searches) AS searches
+        FROM t WHERE hops IS NOT NULL GROUP BY ALL ORDER BY run_id DESC, method, hops
+        """,
+        _HOP_COLUMNS,
+    )
+
+
+_PROTOCOL_COLUMNS = ["protocol", "runs", "n", "em", "f1", "format_ok", "searches", "invalid", "answered", "finished_by_answer"]
+
+
+def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Per protocol over all runs: runs, n, answer metrics, searches, invalid actions, how rollouts ended."""
+    return _query(
+        runs_dir,
+        """
+        SELECT protocol, count(DISTINCT run_id) AS runs, count(*) AS n, avg(em) AS em, avg(f1) AS f1,
+               avg(format_ok) AS format_ok, avg(n_searches) AS searches, avg(n_invalid) AS invalid,
+               avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered,
+               avg(CAST(finish_reason = 'answer' AS DOUBLE)) AS finished_by_answer
+        FROM t GROUP BY protocol ORDER BY protocol
+        """,
+        _PROTOCOL_COLUMNS,
+    )
+
+
+TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "f1", "n_searches", "finish_reason"]
+
+
+def run_trajectories(runs_dir: str | os.PathLike, run_id: str) -> pd.DataFrame:
+    """The trajectories of one run: row, id, method, question, answer, f1, n_searches, finish_reason.
+
+    ``row`` (position in the file) identifies a trajectory: ids repeat across methods.
+    """
+    src = trajectory_sources(runs_dir)
+    if run_id not in src.files:
+        return pd.DataFrame(columns=TRAJECTORY_COLUMNS)
+    t = _Trajectories([src.files[run_id]])
+    columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS)
+    return t.df(f'SELECT {columns} FROM t ORDER BY "row"')
+
+
+def load_trajectory(runs_dir: str | os.PathLike, run_id: str, row: int) -> Trajectory:
+    """One full trajectory (turns included) of a run, by its ``row`` in :func:`run_trajectories`."""
+    import duckdb
+
+    path = _root(runs_dir) / run_id / TRAJECTORIES
+    sql = "SELECT * EXCLUDE (file_row_number) FROM read_parquet(?, file_row_number=true) WHERE file_row_number = ?"
+    rows = duckdb.connect().execute(sql, [str(path), int(row)]).df()
+    if rows.empty:
+        raise KeyError(f"no trajectory at row {row} of {path}")
+    return Trajectory.from_row(rows.iloc[0].to_dict())
+
+
+# --------------------------------------------------------------------------- JSON files (Python)
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def read_step_metrics(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Rows of a ``metrics.jsonl`` and an error text (bad lines are skipped and counted)."""
+    rows, bad = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, (f"{STEP_METRICS}: {bad} unreadable line(s)" if bad else None)
+
+
+CURVE_COLUMNS = ["run_id", "step", "metric", "value"]
+
+
+def training_curves(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Every numeric column of every run's ``metrics.jsonl``, long format: run_id, step, metric, value.
+
+    ``step`` is the row's ``step`` field (its line number when absent).
+    """
+    out = []
+    for d in run_dirs(runs_dir):
+        p = d / STEP_METRICS
+        if not p.exists():
+            continue
+        try:
+            rows, _ = read_step_metrics(p)
+        except (OSError, UnicodeDecodeError):
+            continue
+        for i, row in enumerate(rows):
+            step = _number(row.get("step"))
+            step = i if step is None else step
+            for k, v in row.items():
+                x = _number(v)
+                if k != "step" and x is not None:
+                    out.append((d.name, step, k, x))
+    return pd.DataFrame(out, columns=CURVE_COLUMNS)
+
+
+def curve_metrics(curves: pd.DataFrame) -> list[str]:
+    """Metric names present in a :func:`training_curves` frame, ``reward_mean`` first when present."""
+    names = sorted(curves["metric"].unique()) if len(curves) else []
+    return sorted(names, key=lambda m: (m != "reward_mean", m))
+
+
+def summary_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """The per-method summaries of eval runs' ``metrics.json``: run_id, dataset, method, n, em, cem, f1, ..."""
+    rows = []
+    for d in run_dirs(runs_dir):
+        try:
+            cfg, metrics = _read_json(d / CONFIG), _read_json(d / METRICS)
+            methods = metrics.get("methods") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for method, s in methods.items():
+            if isinstance(s, dict):
+                rows.append({"run_id": d.name, "dataset": cfg.get("dataset", "?"), "method": method,
+                             **{k: _number(s.get(k)) for k in SUMMARY_METRICS}})
+    return pd.DataFrame(rows, columns=["run_id", "dataset", "method", *SUMMARY_METRICS])
+
+
+def runs_table(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """One row per run: kind, created, model, dataset, methods, trajectory count, main metrics, error.
+
+    Main metrics: for eval runs, em/cem/f1/searches of the method with the best F1 in
+    ``metrics.json`` (``best_method``); for training runs, steps and the last ``reward_mean``
+    of ``metrics.jsonl``. ``error`` lists unreadable or missing files ("" when none).
+    """
+    src = trajectory_sources(runs_dir)
+    try:
+        counts = trajectory_counts(runs_dir).set_index("run_id")
+    except Exception:  # noqa: BLE001 - e.g. a file whose footer reads but whose data does not
+        counts = pd.DataFrame(columns=_COUNT_COLUMNS).set_index("run_id")
+        for rid, p in src.files.items():
+            try:
+                one = _Trajectories([p]).df("SELECT run_id, count(*) AS n_trajectories FROM t GROUP BY run_id")
+                counts.loc[rid, "n_trajectories"] = int(one["n_trajectories"].iloc[0])
+            except Exception as e:  # noqa: BLE001
+                src.errors[rid] = f"{TRAJECTORIES}: {type(e).__name__}: {e}"
+    rows = []
+    for d in run_dirs(runs_dir):
+        rows.append(_run_row(d, counts, src.errors.get(d.name)))
+    df = pd.DataFrame(rows, columns=RUNS_COLUMNS)
+    for c in ("n_trajectories", "steps"):
+        df[c] = df[c].astype("Int64")
+    for c in ("em", "cem", "f1", "searches", "reward_mean"):
+        df[c] = df[c].astype("float64")
+    return df
+
+
+def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {c: None for c in RUNS_COLUMNS}
+    row["run_id"] = d.name
+    errors = [traj_error] if traj_error else []
+    try:
+        cfg = _read_json(d / CONFIG)
+        if not isinstance(cfg, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        errors.append(f"{CONFIG}: {type(e).__name__}: {e}")
+        cfg = {}
+    kind = str(cfg.get("kind", "?"))
+    row.update(kind=kind, created=cfg.get("created"), model=cfg.get("model"), dataset=cfg.get("dataset"))
+    for name in EXPECTED_FILES.get(kind, ()):
+        if not (d / name).exists():
+            errors.append(f"{name}: missing")
+    if d.name in counts.index:
+        c = counts.loc[d.name]
+        row["n_trajectories"] = int(c["n_trajectories"])
+        row["methods"] = c.get("methods")
+    if (d / METRICS).exists():
+        try:
+            methods = _read_json(d / METRICS).get("methods") or {}
+            summaries = {m: s for m, s in methods.items() if isinstance(s, dict)}
+            if summaries:
+                best = max(summaries, key=lambda m: _number(summaries[m].get("f1")) or 0.0)
+                row["best_method"] = best
+                row["methods"] = ", ".join(summaries)
+                for k in ("em", "cem", "f1", "searches"):
+                    row[k] = _number(summaries[best].get(k))
+        except (OSError, ValueError, AttributeError) as e:
+            errors.append(f"{METRICS}: {type(e).__name__}: {e}")
+    if (d / STEP_METRICS).exists():
+        try:
+            steps, err = read_step_metrics(d / STEP_METRICS)
+            if err:
+                errors.append(err)
+            row["steps"] = len(steps)
+            rewards = [_number(s.get("reward_mean")) for s in steps]
+            rewards = [r for r in rewards if r is not None]
+            row["reward_mean"] = rewards[-1] if rewards else None
+        except (OSError, UnicodeDecodeError) as e:
+            errors.append(f"{STEP_METRICS}: {type(e).__name__}: {e}")
+    row["error"] = "; ".join(errors)
+    return row
