@@ -192,7 +192,9 @@ def parse_tag_action(text: str, search_tag: str = "search", answer_tag: str = "a
     return Action(ANSWER if block.tag == answer_tag else SEARCH, content)
 
 
-def turn_blocks(traj: Trajectory, policy_tags: tuple[str, ...], observation_tags: tuple[str, ...]) -> tuple[list[Block], list[str]]:
+def turn_blocks(
+    traj: Trajectory, policy_tags: tuple[str, ...], observation_tags: tuple[str, ...]
+) -> tuple[list[Block], list[str]]:
     """Blocks of the whole response in order, for structure checks.
 
     Policy turns are scanned for ``policy_tags`` (include the observation tags there: a policy
@@ -274,9 +276,13 @@ def format_errors(flags: dict[str, Any], problems: list[str], order_ok: bool, bl
     if flags["n_invalid"]:
         errors.append(f"{flags['n_invalid']} invalid action(s)")
     if problems:
-        errors.append("tags: " + "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""))
+        errors.append(
+            "tags: " + "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
+        )
     if not order_ok:
-        errors.append("tag order: " + (" ".join(b.tag for b in blocks[:12]) or "no tags") + (" ..." if len(blocks) > 12 else ""))
+        errors.append(
+            "tag order: " + (" ".join(b.tag for b in blocks[:12]) or "no tags") + (" ..." if len(blocks) > 12 else "")
+        )
     return errors
 
 

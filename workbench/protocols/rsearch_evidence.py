@@ -1,0 +1,224 @@
+"""R-Search, evidence variant (seed 001, Zhao et al.): ``<search>``, ``<observation>``, ``<original_evidence>``, ``<answer>``.
+
+The agent reasons in free text (no ``<think>`` tag), searches with ``<search> query </search>``,
+reads passages rendered ``(Title: t) text`` inside ``<observation>``, and before answering
+copies the supporting facts into ``<original_evidence> ... </original_evidence>``, then ends
+with ``<answer> ... </answer>`` (paper Table 1 / Appendix B.1).
+
+The evidence is written by the policy, in the same turn as the answer, so its tokens are
+policy tokens with loss mask 1 (paper §3: only observations are masked); the engine does
+that without help from this module. The paper's defaults are left to the caller: at most
+4 turns (``RolloutConfig(max_turns=MAX_TURNS)``), top-k 3 in training and 5 in evaluation
+(``RSearchEvidence(top_k=TOP_K_EVAL)``).
+
+R-Search-as-a-Tool (RSTool, and the evidence reward ``r_evid`` of Eq. 4): :func:`rstool_answer`
+hands the evidence alone to another model with the paper's Table 5 template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.protocols.base import (
+    INVALID,
+    SEARCH,
+    Action,
+    Observation,
+    Protocol,
+    format_errors,
+    last_block,
+    parse_tag_action,
+    policy_blocks,
+    register,
+    shape_ok,
+    turn_blocks,
+    wrap_observation,
+)
+from workbench.tools.base import Hit, Toolbox, render_passages
+
+MAX_TURNS = 4  # the project's spec (shared/SEEDS.md); the paper prints no turn limit
+TOP_K_TRAIN = 3  # passages per search in training (paper §4.3, "following Search-R1")
+TOP_K_EVAL = 5  # ... and in evaluation (paper §4.3)
+
+# Paper Table 1 (system template), verbatim; the question follows as the user turn.
+SYSTEM_PROMPT = (
+    "You are a helpful assistant that can solve the given question step by step. For each step, start by "
+    "explaining your thought process. If additional information is needed, provide a specific query enclosed in "
+    "<search> and </search>. The system will return the top search results within <observation> and "
+    "</observation>. You can perform multiple searches as needed. When you know the final answer, use "
+    "<original_evidence> and </original_evidence> to provide all potentially relevant original information from "
+    "the observations. Ensure the information is complete and preserves the original wording without "
+    "modification. If no searches were conducted or observations were made, omit the evidence section. Finally, "
+    "provide the final answer within <answer> and </answer> tags."
+)
+
+# The paper says invalid actions get a fixed message but does not print it; these words are ours,
+# modelled on Search-R1's (which R-Search's rollout code builds on).
+INVALID_MESSAGE = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
+    "</search>. If I know the final answer, I should put the supporting evidence between <original_evidence> and "
+    "</original_evidence> and then the answer between <answer> and </answer>. Let me try again.\n"
+)
+
+# Paper Table 5 (evidence template), verbatim.
+EVIDENCE_TEMPLATE = (
+    "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n\n"
+    "The following are given passages: {evidence}\n\nQuestion: {query}\n\nAnswer:"
+)
+
+TAGS = ("search", "observation", "original_evidence", "answer")
+#: Valid order: searches with their observations, then (only after a search) one evidence box, then the answer.
+SHAPE = r"(search observation )+original_evidence answer|answer"
+
+# A fictional demonstration (nothing in it exists); the observation is rendered by the protocol.
+DEMO_QUESTION = "Which river flows through the birthplace of the painter Ilse Marrow?"
+DEMO_STEPS: list[tuple[str, Any]] = [
+    ("policy", "First I need the birthplace of Ilse Marrow.\n<search> Ilse Marrow painter birthplace </search>"),
+    (
+        "observation",
+        [
+            Hit("d1", "Ilse Marrow", "Ilse Marrow (1902-1977) was a painter born in Kettleby."),
+            Hit("d2", "Kettleby", "Kettleby is a market town on the river Dunmere."),
+        ],
+    ),
+    (
+        "policy",
+        "Ilse Marrow was born in Kettleby, which lies on the river Dunmere.\n<original_evidence>"
+        "- Ilse Marrow (1902-1977) was a painter born in Kettleby.\n- Kettleby is a market town on the river Dunmere."
+        "</original_evidence>\n<answer> Dunmere </answer>",
+    ),
+]
+
+
+@register
+class RSearchEvidence(Protocol):
+    """R-Search with factual evidence (Zhao et al.). ``top_k``: 3 in training, 5 in evaluation."""
+
+    name = "rsearch_evidence"
+    stop = ("</search>", "</answer>")
+    tags = TAGS
+
+    def __init__(self, top_k: int = TOP_K_TRAIN, **kwargs: Any):
+        super().__init__(top_k=top_k, **kwargs)
+
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def demonstrations(self) -> list[dict[str, Any]]:
+        steps = [(k, self.render(v) if k == "observation" else v) for k, v in DEMO_STEPS]
+        return [{"question": DEMO_QUESTION, "steps": steps}]
+
+    # ------------------------------------------------------------------ actions
+    def parse(self, text: str) -> Action:
+        action = parse_tag_action(text, "search")
+        if (
+            action.kind == INVALID
+            and action.reason.startswith("no <search>")
+            and last_block(text, ("original_evidence",))
+        ):
+            action.reason = "evidence given but no <answer> after it"
+        return action
+
+    def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
+        if action.kind != SEARCH:
+            return self.invalid_observation(action)
+        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
+        return Observation(self.render(call.hits() if call.ok else f"Search failed: {call.error}"), [call])
+
+    def render(self, hits: list[Hit] | str) -> str:
+        """``<observation>`` with ``(Title: t) text`` passages, one per line."""
+        body = hits if isinstance(hits, str) else render_passages(hits, "title", self.max_chars_per_hit)
+        return wrap_observation("observation", body or "No results.", self.max_obs_chars)
+
+    def invalid_observation(self, action: Action) -> Observation:
+        return Observation(INVALID_MESSAGE)
+
+    # ------------------------------------------------------------------ format
+    def format_flags(self, traj) -> dict[str, Any]:
+        """Base flags plus R-Search's indicators (Eq. 5): ``answer_boxes`` (I_A: exactly one),
+        ``evidence_boxes`` (I_E: exactly one), ``evidence`` (the last box's text, for ``r_evid``)."""
+        flags = super().format_flags(traj)
+        blocks, problems = turn_blocks(traj, TAGS, ("observation",))
+        answers = [b for b in policy_blocks(traj, "answer", TAGS) if b.well_formed]
+        evidence = [b for b in policy_blocks(traj, "original_evidence", TAGS) if b.well_formed]
+        order_ok = shape_ok(blocks, SHAPE)
+        errors = format_errors(flags, problems, order_ok, blocks)
+        if len(answers) != 1:
+            errors.append(f"{len(answers)} well-formed answer boxes (need exactly 1)")
+        need = 1 if traj.n_searches else 0
+        if len(evidence) != need:
+            errors.append(f"{len(evidence)} well-formed evidence boxes (need {need} after {traj.n_searches} searches)")
+        flags.update(
+            format_ok=not errors,
+            answer_boxes=len(answers),
+            evidence_boxes=len(evidence),
+            evidence=evidence[-1].content.strip() if evidence else "",
+            order_ok=order_ok,
+            format_errors=errors,
+        )
+        return flags
+
+
+def evidence_of(traj) -> str:
+    """The text of the last well-formed ``<original_evidence>`` box of a trajectory ("" if none)."""
+    boxes = [b for b in policy_blocks(traj, "original_evidence", TAGS) if b.well_formed]
+    return boxes[-1].content.strip() if boxes else ""
+
+
+def rstool_answer(
+    traj_or_evidence: Any,
+    question: str,
+    backend: Any,
+    template: str = EVIDENCE_TEMPLATE,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+) -> dict[str, Any]:
+    """R-Search-as-a-Tool: another model answers ``question`` from the evidence alone (Table 5 template).
+
+    Args:
+        traj_or_evidence: a ``Trajectory`` (its ``evidence`` flag, or its last evidence box) or the evidence text.
+        question: the question (``{query}`` in the template).
+        backend: a ``Backend`` (one chat completion) or any ``str -> str`` callable (an API client).
+        template: with ``{evidence}`` and ``{query}`` placeholders.
+
+    Returns ``{"answer", "raw", "prompt", "evidence", "error"}``: ``answer`` is the ``<answer>``
+    content when the model wrote one, else its whole (stripped) text. Without evidence the model is
+    not asked (``answer=""``, ``error="no evidence"``): with no evidence there is nothing to reward.
+    A failed call is recorded with ``answer=None`` and the ``error``, never raised.
+    """
+    from workbench.trajectory import Trajectory
+
+    if isinstance(traj_or_evidence, Trajectory):
+        evidence = traj_or_evidence.flags.get("evidence")
+        evidence = evidence_of(traj_or_evidence) if evidence is None else evidence
+    else:
+        evidence = "" if traj_or_evidence is None else str(traj_or_evidence)
+    evidence = evidence.strip()
+    prompt = template.replace("{evidence}", evidence).replace("{query}", str(question))
+    out: dict[str, Any] = {"answer": "", "raw": "", "prompt": prompt, "evidence": evidence, "error": None}
+    if not evidence:
+        out["error"] = "no evidence"
+        return out
+    try:
+        raw = _complete(backend, prompt, max_new_tokens, temperature)
+    except Exception as e:  # recorded as failed, not scored as an empty answer
+        out.update(answer=None, error=f"{type(e).__name__}: {e}")
+        return out
+    box = last_block(raw, ("answer",))
+    answer = box.content if box is not None else raw
+    answer = answer.strip()
+    if answer.lower().startswith("answer:"):
+        answer = answer[len("answer:") :].strip()
+    out.update(answer=answer, raw=raw)
+    return out
+
+
+def _complete(backend: Any, prompt: str, max_new_tokens: int, temperature: float) -> str:
+    if hasattr(backend, "chat"):
+        from workbench.rollout.backends.base import SamplingParams
+
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, stop=("</answer>",))
+        return str(backend.chat(prompt, params))
+    if callable(backend):
+        return str(backend(prompt))
+    raise TypeError(f"rstool_answer: backend must be a Backend or a str -> str callable, got {type(backend).__name__}")

@@ -1,0 +1,454 @@
+"""Reward exports for scale-out trainers: TRL ``GRPOTrainer`` reward functions and verl ``compute_score``.
+
+Both work from completion *text*: :func:`trajectory_from_text` splits a completion into the
+policy turns and the observations the environment appended, parses each turn with the
+protocol (``Protocol.parse_in_context``, as the rollout engine does), replays the protocol's
+``act`` with no tools (for what the protocol records about an action itself, e.g. the NL-DAG
+validation behind ``dag_valid``), rebuilds the search results from the rendered
+observations and asks the protocol for its format flags. The
+rebuilt :class:`~workbench.trajectory.Trajectory` then goes through the same
+``compute_features`` and the same :class:`~workbench.rewards.rubric.Rubric` as stored
+trajectories: the arithmetic exists once.
+
+What text cannot carry: passage ids (``recall_id`` is NaN; ``recall`` uses titles, and
+embeddings of the rendered, possibly truncated, passage text), and observations delivered
+as chat turns inside a flat string (pass TRL's conversational message lists instead:
+assistant messages are policy turns, every other role is an observation).
+
+TRL (``GRPOTrainer(reward_funcs=funcs, args=GRPOConfig(reward_weights=weights))``): each
+function is called as ``f(prompts=..., completions=..., **dataset_columns)`` and returns one
+float per completion; completions are strings or lists of messages. Gold answers come from
+the dataset column ``answers`` (or ``golden_answers`` / ``answer`` / ``ground_truth`` /
+``solution``), hops and supporting passages from ``hops`` / ``supporting_titles`` /
+``supporting_ids``, the question from ``question`` (else the last user message of the prompt).
+
+verl (``custom_reward_function.path`` / ``.name``): ``compute_score(data_source,
+solution_str, ground_truth, extra_info=None)`` returns the total (or, with
+``return_dict=True``, ``{"score": total, <component>: value, ...}``); ``extra_info`` may carry
+``question``, ``hops``, ``supporting_titles``, ``supporting_ids``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.data.example import Example
+from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Protocol, get_protocol
+from workbench.rewards.features import as_example, compute_features
+from workbench.rewards.presets import PRESET_PROTOCOLS, get_preset
+from workbench.rewards.rubric import RewardTable, Rubric
+from workbench.tools.base import Toolbox, ToolCall
+from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+
+#: Tags that wrap environment output in some protocol.
+OBSERVATION_TAGS = ("information", "result", "observation", "tool_response", "documents")
+
+Completion = str | Sequence[Mapping[str, Any]]
+
+
+# ============================================================================= text → trajectory
+
+
+def _obs_tags(protocol: Protocol) -> tuple[str, ...]:
+    return tuple(t for t in OBSERVATION_TAGS if t in tuple(protocol.tags)) or OBSERVATION_TAGS
+
+
+#: Turns whose parse gives the usual invalid-action reasons, to see how a protocol's message varies with them.
+_PROBE_TURNS = ("no action here", "<search> </search>", "<search> x", "<answer> </answer>",
+                '<search> {"query": "x" "y"} </search>', "<search> {broken </search>", "<search> [] </search>")
+
+
+def _invalid_re(protocol: Protocol) -> re.Pattern[str] | None:
+    """A pattern for the protocol's invalid-action message.
+
+    Some protocols quote the reason in it (for some reasons only), so the message is rendered
+    for the reasons the protocol's own parser gives on typical invalid turns; the pattern is
+    their common prefix, anything short, and their common suffix.
+    """
+    reasons = {"", "QQ reason QQ"}
+    for turn in _PROBE_TURNS:
+        try:
+            action = protocol.parse(turn)
+        except Exception:  # parse is not meant to raise
+            continue
+        if action.kind == INVALID:
+            reasons.add(action.reason)
+    msgs = []
+    for reason in sorted(reasons):
+        try:
+            msg = protocol.invalid_observation(Action(INVALID, reason=reason)).text.strip()
+        except Exception:  # a protocol that cannot render it here: rely on tagged observations only
+            continue
+        if msg:
+            msgs.append(msg)
+    if not msgs:
+        return None
+    if len(set(msgs)) == 1:
+        return re.compile(re.escape(msgs[0]))
+    head = os.path.commonprefix(msgs)
+    tail = os.path.commonprefix([m[len(head) :][::-1] for m in msgs])[::-1]
+    return re.compile(re.escape(head) + r".{0,600}?" + re.escape(tail), re.DOTALL)
+
+
+def split_turns(text: str, protocol: Protocol) -> list[tuple[str, str]]:
+    """``[(kind, text), ...]`` with kind ``policy`` / ``observation``, as the engine appended them inline.
+
+    A policy turn ends at the protocol's first stop string (or at the invalid-action message
+    the engine appended after a turn without an action); an observation is the tagged block
+    (``<information>...</information>`` etc.) or the invalid-action message that follows.
+    An observation at the very start is one too for retrieve-first protocols (those with an
+    ``initial_observation``). Text after the first answer is ignored (the engine stops there).
+    """
+    stops = [s for s in protocol.stop if s]
+    tags = _obs_tags(protocol)
+    open_re = re.compile(r"\s*<\s*(" + "|".join(map(re.escape, tags)) + r")\s*>", re.IGNORECASE)
+    invalid = _invalid_re(protocol)
+    out: list[tuple[str, str]] = []
+    pos, n = 0, len(text)
+
+    def observation_at(at: int) -> int:
+        """End of the observation starting at ``at`` (after whitespace), or -1."""
+        m = open_re.match(text, at)
+        if m:
+            close = re.compile(rf"<\s*/\s*{re.escape(m.group(1))}\s*>", re.IGNORECASE).search(text, m.end())
+            return _skip_space(text, n if close is None else close.end())
+        if invalid is not None:
+            start = _skip_space(text, at)
+            m = invalid.match(text, start)
+            if m:
+                return _skip_space(text, m.end())
+        return -1
+
+    env_first = type(protocol).initial_observation is not Protocol.initial_observation
+    end = observation_at(0) if env_first else -1
+    if end != -1:
+        out.append((OBSERVATION, text[:end]))
+        pos = end
+    while pos < n:
+        ends = [i + len(s) for s in stops if (i := text.find(s, pos)) != -1]
+        stop_end = min(ends) if ends else -1
+        inv = invalid.search(text, pos) if invalid is not None else None
+        if inv is not None and (stop_end == -1 or inv.start() < stop_end):
+            out.append((POLICY, text[pos : inv.start()]))
+            end = _skip_space(text, inv.end())
+            out.append((OBSERVATION, text[inv.start() : end]))
+            pos = end
+            continue
+        if stop_end == -1:
+            out.append((POLICY, text[pos:]))
+            break
+        out.append((POLICY, text[pos:stop_end]))
+        if protocol.parse(text[pos:stop_end]).kind == ANSWER:
+            break
+        pos = stop_end
+        end = observation_at(pos)
+        if end != -1:
+            out.append((OBSERVATION, text[pos:end]))
+            pos = end
+    if out and out[-1][0] == POLICY and not out[-1][1].strip():
+        out.pop()  # trailing whitespace after the last observation
+    return out
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+_HIT_START_RE = re.compile(r"(?:Doc\s+\d+\s*)?\(Title:\s*|Result\s+\d+:\s*Title:\s*", re.IGNORECASE)
+#: Section headers that end the last passage of a block (DynaSearcher's KG part, Shi & Shen's node headers).
+_SECTION_RE = re.compile(r"\n(?=Knowledge graph:|Documents:|Node \S+ \()")
+
+
+def parse_passages(observation: str) -> list[dict[str, Any]]:
+    """Hits rendered by ``render_passages`` (``Doc 1(Title: t) text``, ``(Title: t) text``,
+    ``Result 1: Title: t Abstract: text``) back into dicts with ``title`` and ``text`` (no ids).
+
+    >>> [h["title"] for h in parse_passages("<information>Doc 1(Title: Avatar (2009 film)) A film.\\nDoc 2(Title: Pandora) A moon.</information>")]
+    ['Avatar (2009 film)', 'Pandora']
+    """
+    body = re.sub(r"<\s*/?\s*(" + "|".join(OBSERVATION_TAGS) + r")\s*>", "\n", observation, flags=re.IGNORECASE)
+    starts = list(_HIT_START_RE.finditer(body))
+    hits = []
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(body)
+        chunk = _SECTION_RE.split(body[m.end() : end], maxsplit=1)[0]
+        if m.group(0).lower().lstrip().startswith("result"):
+            title, _, text = chunk.partition(" Abstract:")
+        else:
+            title, text = _balanced_title(chunk)
+        hits.append({"id": "", "title": title.strip(), "text": text.strip(), "score": 0.0, "source": ""})
+    return hits
+
+
+def _balanced_title(chunk: str) -> tuple[str, str]:
+    """Split ``t) text`` at the ``)`` that closes ``(Title:`` (titles may contain parentheses)."""
+    depth = 0
+    for i, ch in enumerate(chunk):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                return chunk[:i], chunk[i + 1 :]
+            depth -= 1
+    return chunk, ""
+
+
+def trajectory_from_text(
+    completion: Completion, protocol: str | Protocol, example: Example | None = None, id: str = "text-0",
+    question: str = "",
+) -> Trajectory:
+    """Rebuild a :class:`Trajectory` (turns, actions, search results, answer, flags) from a completion.
+
+    ``completion``: the response text as the engine appended it inline (the prompt excluded),
+    or a list of chat messages (assistant = policy, any other role = observation).
+
+    Each turn is parsed with ``protocol.parse_in_context``. For each search, the protocol's
+    ``act`` is replayed against an empty toolbox (no search runs), so that what the protocol
+    records about the action itself (e.g. the NL-DAG validation behind ``dag_valid``) is
+    recomputed by the protocol's own code; the passages come from the observation text. A
+    protocol configured with non-default tools (e.g. an NL-DAG source registry) must be passed
+    as that configured instance.
+    """
+    proto = get_protocol(protocol)
+    if isinstance(completion, str):
+        parts = split_turns(completion, proto)
+    else:
+        parts = [(POLICY if m.get("role") == "assistant" else OBSERVATION, str(m.get("content") or "")) for m in completion]
+    ex_id = example.id if example is not None and example.id else id
+    ex = example if example is not None else Example(id=ex_id, question=question, answers=[])
+    traj = Trajectory(id=id, example_id=ex_id, question=question or ex.question, protocol=proto.name, prompt_ids=[],
+                      group_id=ex_id)
+    replay = Toolbox({}, timeout_s=None)
+    for kind, text in parts:
+        if kind == POLICY:
+            if traj.answer is not None:
+                break
+            action = proto.parse_in_context(text, traj)
+            stopped = any(s and text.rstrip().endswith(s) for s in proto.stop)
+            traj.turns.append(Turn(POLICY, text, [], None, "stop" if stopped else "eos", action.to_dict()))
+            if action.kind == ANSWER:
+                traj.answer = proto.answer_text(action)
+        else:
+            calls: list[ToolCall] = []
+            last = traj.turns[-1].action if traj.turns and traj.turns[-1].kind == POLICY else None
+            if last and last.get("kind") == SEARCH:
+                calls = _replay(proto, Action(**last), replay, ex)
+                payload = last.get("payload")
+                query = payload.get("query", "") if isinstance(payload, dict) else str(payload or "")
+                calls.append(ToolCall("observation", {"query": query}, results=parse_passages(text),
+                                      meta={"parsed_from_text": True}))
+            traj.turns.append(Turn(OBSERVATION, text, [], None, None, None, calls))
+    traj.finish_reason = "answer" if traj.answer is not None else "max_turns"
+    traj.flags = proto.format_flags(traj)
+    return traj
+
+
+def _replay(proto: Protocol, action: Action, toolbox: Toolbox, example: Example) -> list[ToolCall]:
+    """The protocol's own records of a search action (tool-call meta), from ``act`` with no tools."""
+    try:
+        calls = proto.act(action, toolbox, example).tool_calls
+    except Exception:  # act is not meant to raise; if it does, the text still gives the passages
+        return []
+    for c in calls:
+        c.results = []  # nothing was searched here; the passages are parsed from the observation
+    return calls
+
+
+def features_from_texts(
+    completions: Sequence[Completion], examples: Sequence[Any], protocol: str | Protocol, *,
+    questions: Sequence[str] | None = None, ids: Sequence[str] | None = None, **feature_kwargs: Any,
+) -> pd.DataFrame:
+    """The features table of completions (one row each), via :func:`trajectory_from_text` and ``compute_features``.
+
+    ``examples``: one per completion: an ``Example``, a dataset row dict, or gold answers.
+    ``feature_kwargs`` go to ``compute_features`` (``encoder``, ``judges``, ``evidence_model``, ``cache``...).
+    """
+    if len(examples) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+    proto = get_protocol(protocol)
+    trajs, exs = [], {}
+    for i, (comp, ex_like) in enumerate(zip(completions, examples)):
+        q = questions[i] if questions is not None else ""
+        ex = as_example(ex_like, question=q)
+        ex = dataclasses.replace(ex, id=f"row{i}", question=ex.question or q)
+        tid = ids[i] if ids is not None else f"text-{i}"
+        trajs.append(trajectory_from_text(comp, proto, ex, id=tid, question=ex.question))
+        exs[ex.id] = ex
+    return compute_features(trajs, exs, **feature_kwargs)
+
+
+def features_from_text(completion: Completion, example_like: Any, protocol: str | Protocol, **kw: Any) -> pd.DataFrame:
+    """One completion's features (a one-row table); see :func:`features_from_texts`."""
+    return features_from_texts([completion], [example_like], protocol, **kw)
+
+
+# ============================================================================= shared scorer
+
+
+class TextScorer:
+    """Completions → RewardTable under one rubric, remembering the last batch (TRL calls every
+    component function on the same batch)."""
+
+    def __init__(self, rubric: Rubric, protocol: str | Protocol, feature_kwargs: Mapping[str, Any]):
+        self.rubric = rubric
+        self.protocol = get_protocol(protocol)
+        self.feature_kwargs = dict(feature_kwargs)
+        self._last: tuple[str, RewardTable] | None = None
+
+    def score(self, completions: Sequence[Completion], examples: Sequence[Any], questions: Sequence[str]) -> RewardTable:
+        key = json.dumps([list(completions), [_jsonable(e) for e in examples], list(questions)], default=str,
+                         ensure_ascii=False)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        df = features_from_texts(completions, examples, self.protocol, questions=questions, **self.feature_kwargs)
+        table = self.rubric(df)
+        self._last = (key, table)
+        return table
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, Example):
+        return x.to_dict()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _missing_message(rubric: Rubric, table: RewardTable, name: str, rows: list[int]) -> str:
+    absent = f"; absent feature columns: {', '.join(table.absent_columns)}" if table.absent_columns else ""
+    return (f"{rubric.name}: component {name!r} is missing (NaN) for completions {rows[:10]}{absent}. "
+            "Configure the feature it needs (judges=, evidence_model=, encoder=, dataset columns such as hops or "
+            "supporting_titles) or pass on_missing='none' to return None for them.")
+
+
+def _resolve(preset: str | Rubric, protocol: str | Protocol | None, weights: Mapping[str, float] | None,
+             params: Mapping[str, Any]) -> tuple[Rubric, str | Protocol]:
+    rubric = get_preset(preset, weights=dict(weights) if weights else None, **params)
+    if protocol is None:
+        if rubric.name not in PRESET_PROTOCOLS:
+            raise ValueError(f"no default protocol for rubric {rubric.name!r}; pass protocol=")
+        protocol = PRESET_PROTOCOLS[rubric.name]
+    get_protocol(protocol)  # fail now, with the list of valid names, not at the first batch
+    return rubric, protocol
+
+
+# ============================================================================= TRL
+
+_EXAMPLE_KEYS = ("answers", "golden_answers", "answer", "ground_truth", "target", "solution", "gold", "hops", "qtype",
+                 "supporting_ids", "supporting_titles", "sources", "question", "id", "meta")
+
+
+def _prompt_question(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        for m in reversed(list(prompt)):
+            if isinstance(m, Mapping) and m.get("role") == "user":
+                return str(m.get("content") or "")
+    return ""
+
+
+def to_trl(
+    preset: str | Rubric, protocol: str | Protocol | None = None, *, split: bool = True, on_missing: str = "raise",
+    weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (), evidence_model: Any = None,
+    encoder: Any = None, cache: Any = True, **params: Any,
+) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
+    """TRL ``GRPOTrainer`` reward functions and their weights for a preset (or any Rubric).
+
+    ``split=True``: one function per component (TRL logs each under its ``__name__``),
+    with the rubric's weights (0 = logged only), so TRL's weighted sum is the rubric total.
+    ``split=False``: one function returning the total, weight 1.
+
+    A NaN in a rewarded component raises (``on_missing="raise"``, the default: TRL's
+    ``nansum`` would otherwise silently drop it); ``on_missing="none"`` returns None for it
+    (TRL's "not applicable"). Weight-0 components return None when NaN.
+    """
+    if on_missing not in ("raise", "none"):
+        raise ValueError(f"on_missing must be 'raise' or 'none', got {on_missing!r}")
+    rubric, protocol = _resolve(preset, protocol, weights, params)
+    scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
+                                           "cache": cache})
+
+    def table_for(prompts: Sequence[Any], completions: Sequence[Completion], kwargs: Mapping[str, Any]) -> RewardTable:
+        n = len(completions)
+        cols = {k: list(v) for k, v in kwargs.items() if k in _EXAMPLE_KEYS and isinstance(v, (list, tuple, np.ndarray))}
+        examples = [{k: v[i] for k, v in cols.items() if len(v) == n} for i in range(n)]
+        if not any(any(k in e for k in _EXAMPLE_KEYS[:7]) for e in examples):
+            raise ValueError(
+                "TRL reward: no gold answers among the dataset columns passed to the reward function "
+                f"(looked for {', '.join(_EXAMPLE_KEYS[:7])}; got {', '.join(sorted(kwargs)) or 'none'})"
+            )
+        questions = [str(e.get("question") or _prompt_question(p)) for e, p in zip(examples, prompts)]
+        return scorer.score(completions, examples, questions)
+
+    def make(name: str, weight: float) -> Callable[..., list[float | None]]:
+        def reward(prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any) -> list[float | None]:
+            table = table_for(prompts, completions, kwargs)
+            vals = table.frame[name].to_numpy()
+            bad = [i for i, v in enumerate(vals) if math.isnan(v)]
+            if bad and weight != 0 and on_missing == "raise":
+                raise ValueError(_missing_message(rubric, table, name, bad))
+            return [None if math.isnan(v) else float(v) for v in vals]
+
+        reward.__name__ = reward.__qualname__ = f"{rubric.name}_{name}"
+        reward.__doc__ = f"{rubric.name} reward component {name!r} (TRL signature)."
+        return reward
+
+    if split:
+        return [make(n, w) for n, w in rubric.weights.items()], list(rubric.weights.values())
+    return [make("total", 1.0)], [1.0]
+
+
+# ============================================================================= verl
+
+
+def to_verl(
+    preset: str | Rubric, protocol: str | Protocol | None = None, *, return_dict: bool = False,
+    on_missing: str = "raise", weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (),
+    evidence_model: Any = None, encoder: Any = None, cache: Any = True, **params: Any,
+) -> Callable[..., float | dict[str, float]]:
+    """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` for a preset.
+
+    Returns the rubric total as a float, or with ``return_dict=True`` a dict with ``score``
+    (verl's reward) and one entry per component (logged by verl as extra info). A NaN total
+    raises (``on_missing="raise"``) or is returned as NaN (``on_missing="nan"``).
+    """
+    if on_missing not in ("raise", "nan"):
+        raise ValueError(f"on_missing must be 'raise' or 'nan', got {on_missing!r}")
+    rubric, protocol = _resolve(preset, protocol, weights, params)
+    scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
+                                           "cache": cache})
+
+    def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                      **_: Any) -> float | dict[str, float]:
+        info = dict(extra_info) if isinstance(extra_info, Mapping) else {}
+        gt = ground_truth.tolist() if isinstance(ground_truth, np.ndarray) else ground_truth
+        example = {**info, "ground_truth": gt}
+        for k in ("answers", "golden_answers", "answer", "target", "solution", "gold"):
+            example.pop(k, None)  # ground_truth is the gold answer verl passes
+        table = scorer.score([solution_str], [example], [str(info.get("question") or "")])
+        total = float(table.total[0])
+        if math.isnan(total) and on_missing == "raise":
+            missing = [n for n in rubric.weights if rubric.weights[n] and math.isnan(float(table.frame[n].iloc[0]))]
+            raise ValueError(_missing_message(rubric, table, ", ".join(missing) or "total", [0]))
+        if not return_dict:
+            return total
+        return {"score": total, **{n: float(table.frame[n].iloc[0]) for n in rubric.weights}}
+
+    compute_score.__doc__ = f"verl reward for the {rubric.name!r} rubric (parameters {rubric.params})."
+    return compute_score
