@@ -1,0 +1,51 @@
+"""RL for search agents: losses, advantages and the dynamic filter, LoRA policy, batches.
+
+Import order points one way: the trainer imports these; these import nothing of the trainer.
+``policy`` (peft/transformers) is imported lazily so that the pure tensor functions load fast.
+"""
+
+from workbench.rl.advantages import (
+    ADVANTAGES,
+    FilterStats,
+    batch_std_advantages,
+    compute_advantages,
+    fill_batch,
+    group_std_advantages,
+    keep_groups,
+    mean_only_advantages,
+)
+from workbench.rl.batch import RLBatch, build_batch
+from workbench.rl.config import PRESETS, LossConfig, get_loss_config
+from workbench.rl.losses import (
+    AGGREGATIONS,
+    IMPORTANCE,
+    aggregate,
+    approx_kl,
+    clip_fraction,
+    clipped_surrogate,
+    entropy_from_logits,
+    entropy_from_logits_chunked,
+    kl_coef_at,
+    kl_k3,
+    normalizers,
+    policy_loss,
+    sequence_ratio,
+    sequence_ratio_token,
+    token_ratio,
+)
+
+__all__ = [
+    "ADVANTAGES", "AGGREGATIONS", "IMPORTANCE", "PRESETS", "FilterStats", "LoRAPolicy", "LossConfig", "RLBatch",
+    "aggregate", "approx_kl", "batch_std_advantages", "build_batch", "clip_fraction", "clipped_surrogate",
+    "compute_advantages", "entropy_from_logits", "entropy_from_logits_chunked", "fill_batch", "get_loss_config",
+    "group_std_advantages", "keep_groups", "kl_coef_at", "kl_k3", "mean_only_advantages", "normalizers",
+    "policy_loss", "selective_logprobs", "sequence_ratio", "sequence_ratio_token", "token_ratio",
+]
+
+
+def __getattr__(name: str):
+    if name in ("LoRAPolicy", "selective_logprobs"):
+        from workbench.rl import policy
+
+        return getattr(policy, name)
+    raise AttributeError(f"module 'workbench.rl' has no attribute {name!r}")

@@ -1,0 +1,304 @@
+"""A backend over any OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang, ``workbench.rollout.server``).
+
+Token-in, token-out over HTTP: each prompt is sent as its list of token ids (vLLM and SGLang
+accept token-id prompts), one request per prompt, ``concurrency`` requests at a time (the
+server batches them). Every request has a timeout and is retried with exponential backoff on
+connection errors, timeouts, HTTP 429 / 5xx and malformed replies; a prompt that still fails
+after the last retry comes back as a ``Generation`` with ``finish_reason="error"`` and
+``error`` set, and the rest of the batch goes on. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import logging
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from workbench.rollout.backends.base import EOS, ERROR, LENGTH, STOP, Backend, Generation, SamplingParams, find_stop
+
+log = logging.getLogger(__name__)
+
+TOKEN_ID_PREFIX = "token_id:"  # vLLM's `return_tokens_as_token_ids` form
+
+
+class RequestFailed(Exception):
+    """One attempt failed. ``retry`` says whether another attempt may help."""
+
+    def __init__(self, message: str, retry: bool, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry = retry
+        self.retry_after = retry_after
+
+
+class OpenAIBackend(Backend):
+    """Generate through an OpenAI-compatible completions endpoint.
+
+    Exact token ids need the server's token-id mode. The request asks for it twice, in the
+    vLLM spelling: ``return_token_ids=true`` (vLLM returns ``choices[].token_ids``) and
+    ``return_tokens_as_token_ids=true`` with ``logprobs=1`` (each entry of
+    ``choices[].logprobs.tokens`` reads ``"token_id:123"``). A server that honours neither
+    returns token *strings*; they are mapped back through the tokenizer, which is not exact
+    for every tokenizer, so such generations carry ``meta["exact_ids"] = False`` (and a
+    warning is logged once). Servers that return no logprobs at all give NaN logprobs and
+    ``meta["logprobs"] = False``: fine for evaluation, not for training.
+
+    Sampling seeds are per request: prompt ``i`` of a call gets ``seed + i``, so the members of
+    a group (identical prompts) do not all draw the same sample.
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8000/v1`` (``/v1`` is appended when missing).
+        model: the served model name (the ``model`` field of each request).
+        tokenizer: the policy's tokenizer (the engine encodes observations with it); a name or
+            path loads it with ``workbench.models.load_tokenizer``.
+        api_key: sent as ``Authorization: Bearer <api_key>`` when given.
+        timeout_s: per-request timeout (connect + read).
+        max_retries: retries after the first attempt (so ``max_retries + 1`` attempts at most).
+        backoff_s: the wait before retry ``k`` is ``backoff_s * 2**k`` (or the server's
+            ``Retry-After``, whichever is longer, capped at 60 s).
+        concurrency: requests in flight at once.
+        extra_body: more fields merged into every request (e.g. ``{"top_k": 20}``).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer: Any,
+        api_key: str | None = None,
+        timeout_s: float = 60,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        concurrency: int = 8,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        if timeout_s <= 0:
+            raise ValueError(f"OpenAIBackend.timeout_s must be > 0, got {timeout_s}")
+        if max_retries < 0:
+            raise ValueError(f"OpenAIBackend.max_retries must be >= 0, got {max_retries}")
+        if backoff_s < 0:
+            raise ValueError(f"OpenAIBackend.backoff_s must be >= 0, got {backoff_s}")
+        if concurrency < 1:
+            raise ValueError(f"OpenAIBackend.concurrency must be >= 1, got {concurrency}")
+        if tokenizer is None or isinstance(tokenizer, str):
+            from workbench.models import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer or model)
+        url = base_url.rstrip("/")
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.model = model
+        self.tokenizer = tokenizer
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.concurrency = concurrency
+        self.extra_body = dict(extra_body or {})
+        self._warned_inexact = False
+        host = urllib.parse.urlsplit(self.base_url).hostname or ""
+        # a local server is reached directly, never through an http_proxy from the environment
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}) if is_loopback_host(host) else
+                                                   urllib.request.ProxyHandler())
+
+    # ------------------------------------------------------------------ public
+    def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
+        if not prompts:
+            return []
+        limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+        if len(limits) != len(prompts):
+            raise ValueError(f"max_new_tokens has {len(limits)} entries for {len(prompts)} prompts")
+        jobs = [(list(p), lim, None if params.seed is None else params.seed + i)
+                for i, (p, lim) in enumerate(zip(prompts, limits))]
+        if len(jobs) == 1 or self.concurrency == 1:
+            return [self._one(p, params, lim, seed) for p, lim, seed in jobs]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(jobs)), thread_name_prefix="openai-backend") as ex:
+            return list(ex.map(lambda job: self._one(job[0], params, job[1], job[2]), jobs))
+
+    def models(self) -> list[str]:
+        """Model names the server lists at ``GET /v1/models``."""
+        data = self._request("GET", "/models", None)
+        return [m["id"] for m in data.get("data", [])]
+
+    # ------------------------------------------------------------------ one prompt
+    def request_body(self, prompt: list[int], params: SamplingParams, limit: int, seed: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": int(limit),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 1,
+            "return_token_ids": True,  # vLLM: choices[].token_ids
+            "return_tokens_as_token_ids": True,  # vLLM: logprobs.tokens as "token_id:N"
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if seed is not None:
+            body["seed"] = int(seed)
+        body.update(self.extra_body)
+        return body
+
+    def _one(self, prompt: list[int], params: SamplingParams, limit: int, seed: int | None) -> Generation:
+        if limit <= 0:
+            return Generation([], [], LENGTH)
+        body = self.request_body(prompt, params, limit, seed)
+        attempts = 0
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            attempts += 1
+            try:
+                data = self._request("POST", "/completions", body)
+                gen = self.parse_choice(data, params)
+                gen.meta["attempts"] = attempts
+                return gen
+            except RequestFailed as e:
+                last = str(e)
+                if not e.retry or attempt == self.max_retries:
+                    break
+                wait = min(max(self.backoff_s * 2**attempt, e.retry_after or 0.0), 60.0)
+                log.debug("completion request failed (%s); retry %d in %.2fs", e, attempt + 1, wait)
+                time.sleep(wait)
+            except Exception as e:  # a reply shaped in a way nobody foresaw: recorded for this prompt only
+                last = f"unexpected reply: {type(e).__name__}: {e}"
+                break
+        return Generation([], [], ERROR, error=f"{last} (after {attempts} attempt{'s' * (attempts > 1)})",
+                          meta={"attempts": attempts})
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """One HTTP attempt; raises ``RequestFailed`` (retryable or not) on any failure."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(req, timeout=self.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = _error_detail(e)
+            retry = e.code == 429 or e.code >= 500
+            raise RequestFailed(f"HTTP {e.code} from {path}: {detail}", retry, _retry_after(e)) from e
+        except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, refused / reset connections
+            reason = getattr(e, "reason", e)
+            kind = "timeout" if isinstance(reason, TimeoutError) else "connection error"
+            raise RequestFailed(f"{kind} on {path}: {type(reason).__name__}: {reason}", True) from e
+        try:
+            out = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise RequestFailed(f"malformed JSON from {path}: {raw[:120]!r}", True) from e
+        if not isinstance(out, dict):
+            raise RequestFailed(f"malformed reply from {path}: expected a JSON object, got {type(out).__name__}", True)
+        return out
+
+    # ------------------------------------------------------------------ parsing
+    def parse_choice(self, data: dict[str, Any], params: SamplingParams) -> Generation:
+        """Turn a completions reply (one choice) into a ``Generation``; ``RequestFailed`` if malformed."""
+        try:
+            choice = data["choices"][0]
+        except (KeyError, IndexError, TypeError) as e:
+            raise RequestFailed(f"malformed reply: no choices[0] in {str(data)[:120]}", True) from e
+        lp = choice.get("logprobs") or {}
+        tokens = lp.get("tokens")
+        token_lps = lp.get("token_logprobs")
+        meta: dict[str, Any] = {}
+        try:
+            if choice.get("token_ids") is not None:
+                ids = [int(t) for t in choice["token_ids"]]
+            elif tokens is not None and all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+                ids = [int(t[len(TOKEN_ID_PREFIX):]) for t in tokens]
+            elif tokens is not None:
+                ids = self._ids_from_token_strings(tokens, meta)
+            else:
+                ids = self.tokenizer.encode(choice.get("text") or "", add_special_tokens=False)
+                meta["exact_ids"] = False
+        except (TypeError, ValueError) as e:
+            raise RequestFailed(f"malformed token ids in reply: {e}", True) from e
+        if token_lps is None:
+            logprobs = [math.nan] * len(ids)
+            meta["logprobs"] = False
+        else:
+            if len(token_lps) != len(ids):
+                raise RequestFailed(f"malformed reply: {len(ids)} token ids but {len(token_lps)} logprobs", True)
+            logprobs = [math.nan if x is None else float(x) for x in token_lps]
+        if meta.get("exact_ids") is False and not self._warned_inexact:
+            self._warned_inexact = True
+            log.warning("server %s returned token strings, not ids: mapped back through the tokenizer (not exact). "
+                        "Start vLLM with --return-tokens-as-token-ids or a version that supports return_token_ids.",
+                        self.base_url)
+        reason, stop_string = self._finish(choice, ids, params)
+        if reason == ERROR:
+            return Generation(ids, logprobs, ERROR, error=f"server finish_reason {choice.get('finish_reason')!r}",
+                              meta=meta)
+        return Generation(ids, logprobs, reason, stop_string=stop_string, meta=meta)
+
+    def _finish(self, choice: dict[str, Any], ids: list[int], params: SamplingParams) -> tuple[str, str | None]:
+        """``stop`` with a string ``stop_reason`` -> stop; last id an EOS id -> eos; ``length`` -> length."""
+        fr, sr = choice.get("finish_reason"), choice.get("stop_reason")
+        if fr == "stop" and isinstance(sr, str):
+            return STOP, sr
+        if ids and ids[-1] in self.eos_token_ids():
+            return EOS, None
+        if fr == "length":
+            return LENGTH, None
+        if fr == "stop":
+            if isinstance(sr, int):  # a stop token id
+                return EOS, None
+            tail = self.tokenizer.decode(ids[-16:]) if ids else ""
+            s = find_stop(tail, params.stop)
+            return (STOP, s) if s else (EOS, None)  # a server that ended at EOS without returning it
+        return ERROR, None
+
+    def _ids_from_token_strings(self, tokens: list[str], meta: dict[str, Any]) -> list[int]:
+        meta["exact_ids"] = False
+        ids: list[int] = []
+        for t in tokens:
+            enc = self.tokenizer.encode(t, add_special_tokens=False)
+            if len(enc) == 1:
+                ids.append(enc[0])
+                continue
+            tid = self.tokenizer.convert_tokens_to_ids(t)
+            if tid is None or tid == getattr(self.tokenizer, "unk_token_id", None):
+                raise ValueError(f"cannot map token string {t!r} to one id; use the server's token-id mode")
+            ids.append(int(tid))
+        return ids
+
+
+def _error_detail(e: urllib.error.HTTPError) -> str:
+    try:
+        raw = e.read()[:300]
+    except Exception:  # the body is only for the message
+        return e.reason if isinstance(e.reason, str) else ""
+    try:
+        msg = json.loads(raw).get("error", {})
+        return str(msg.get("message", msg) if isinstance(msg, dict) else msg)
+    except (ValueError, AttributeError):
+        return raw.decode("utf-8", "replace")
+
+
+def _retry_after(e: urllib.error.HTTPError) -> float | None:
+    value = e.headers.get("Retry-After") if e.headers else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for `localhost` and loopback IP addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,195 @@
+"""vLLM offline backend: ``vllm.LLM`` generating from token ids, returning the sampled ids and logprobs.
+
+API followed (read 2026-11-22): the vLLM docs pages "LLM Class", "LLM Inputs" and "Sampling
+Parameters" (docs.vllm.ai, v0.8.3 API reference), the LoRA examples under docs.vllm.ai/en/latest
+(``examples/features/lora``), and on vLLM's ``main`` branch ``vllm/entrypoints/llm.py``,
+``vllm/outputs.py``, ``vllm/logprobs.py`` and ``vllm/inputs/__init__.py``; the names used here are
+the same in all of them:
+
+- ``LLM(model=..., dtype=..., seed=..., gpu_memory_utilization=..., enable_lora=..., max_lora_rank=...,
+  max_loras=...)``;
+- ``LLM.generate(prompts, sampling_params, *, use_tqdm=..., lora_request=...)``, ``prompts`` a list
+  of ``vllm.inputs.TokensPrompt(prompt_token_ids=[...])`` (a ``TypedDict``), ``sampling_params``
+  one ``SamplingParams`` or a sequence "paired one by one with the prompts";
+- ``SamplingParams(n, temperature, top_p, max_tokens, stop, seed, logprobs,
+  include_stop_str_in_output, skip_special_tokens)``;
+- ``RequestOutput.outputs[0]`` is a ``CompletionOutput`` with ``token_ids``, ``logprobs`` (one
+  ``{token_id: Logprob}`` dict per generated token, ``Logprob.logprob`` a float),
+  ``finish_reason`` (``"stop"`` / ``"length"``) and ``stop_reason`` ("the stop string or token id
+  that caused the completion to stop, None if ... the EOS token");
+- ``vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)``; vLLM caches adapters by
+  id ("lora_int_id must be globally unique for a given adapter"), so new weights need a new id.
+
+vLLM V1 returns logprobs of the raw model distribution by default (engine argument
+``logprobs_mode="raw_logprobs"``: before temperature / top-p), which is what
+``Generation.logprobs`` promises; pass ``logprobs_mode`` through ``**llm_kwargs`` to change it.
+
+vLLM needs a CUDA GPU; it is in the ``gpu`` extra (``pip install -e .[gpu]``). It is imported in
+the constructor only, so importing this module never needs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.rollout.backends.base import EOS, ERROR, LENGTH, STOP, Backend, Generation, SamplingParams, eos_ids
+
+_INSTALL_HINT = (
+    "VLLMBackend needs vLLM, which is not installed. Install the GPU extra with: pip install -e .[gpu]  "
+    "(vLLM needs a CUDA GPU and pins its own torch; on a CPU-only machine use the 'hf' backend, or "
+    "'openai' pointed at a vLLM server running elsewhere)."
+)
+
+
+class VLLMBackend(Backend):
+    """Generate with an offline ``vllm.LLM``.
+
+    Args:
+        model: alias, local path (directory or ``.gguf``) or HF id; resolved with
+            ``workbench.models.resolve_model_path`` (the default model is converted once).
+        tokenizer: the policy's tokenizer (default: loaded from the resolved model path).
+        dtype: weights / activations dtype.
+        enable_lora: allow ``set_adapter`` (rollouts with the trainer's current LoRA adapter).
+        max_lora_rank: the largest adapter rank vLLM reserves memory for.
+        max_loras: adapters resident at once.
+        gpu_memory_utilization: share of GPU memory vLLM may take (weights + KV cache); leave
+            room for the trainer when both share one GPU.
+        seed: the engine seed.
+        **llm_kwargs: passed on to ``vllm.LLM`` (e.g. ``max_model_len``, ``enforce_eager``).
+
+    Sampling seeds are per prompt: prompt ``i`` of a call gets ``params.seed + i``, so the members
+    of a group (identical prompts) draw different samples, reproducibly.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        tokenizer: Any = None,
+        dtype: str = "bfloat16",
+        enable_lora: bool = False,
+        max_lora_rank: int = 16,
+        max_loras: int = 1,
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+        **llm_kwargs: Any,
+    ):
+        try:
+            import vllm
+            from vllm.inputs import TokensPrompt
+            from vllm.lora.request import LoRARequest
+        except ImportError as e:
+            raise ImportError(_INSTALL_HINT) from e
+        from workbench.models import load_tokenizer, resolve_model_path
+
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"VLLMBackend.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        self._vllm_sampling_params = vllm.SamplingParams
+        self._tokens_prompt = TokensPrompt
+        self._lora_request_cls = LoRARequest
+        self.model_path = resolve_model_path(model)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
+        self.enable_lora = enable_lora
+        kwargs: dict[str, Any] = {
+            "model": self.model_path,
+            "dtype": dtype,
+            "seed": seed,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enable_lora": enable_lora,
+        }
+        if enable_lora:
+            kwargs.update(max_lora_rank=max_lora_rank, max_loras=max_loras)
+        kwargs.update(llm_kwargs)
+        self.llm = vllm.LLM(**kwargs)
+        self._eos = eos_ids(self.tokenizer, _generation_config(self.model_path))
+        self.lora_request: Any = None
+        self._lora_id = 0
+
+    # ------------------------------------------------------------------ LoRA
+    def set_adapter(self, path: str | Path, name: str | None = None) -> Any:
+        """Sample from the LoRA adapter saved at ``path`` from now on.
+
+        Every call makes a new ``LoRARequest`` with the next integer id (and a name carrying
+        it), so vLLM loads the weights again even when the trainer overwrote the same folder.
+        """
+        if not self.enable_lora:
+            raise ValueError("VLLMBackend.set_adapter needs the backend built with enable_lora=True")
+        if not Path(path).exists():
+            raise FileNotFoundError(f"LoRA adapter folder {path} does not exist")
+        self._lora_id += 1
+        self.lora_request = self._lora_request_cls(f"{name or 'adapter'}-v{self._lora_id}", self._lora_id, str(path))
+        return self.lora_request
+
+    def clear_adapter(self) -> None:
+        """Sample from the base model again."""
+        self.lora_request = None
+
+    # ------------------------------------------------------------------ generate
+    def eos_token_ids(self) -> set[int]:
+        return set(self._eos)
+
+    def sampling_params(self, params: SamplingParams, limit: int, seed: int | None) -> Any:
+        """The ``vllm.SamplingParams`` of one prompt."""
+        return self._vllm_sampling_params(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=int(limit),
+            stop=list(params.stop),
+            seed=seed,
+            logprobs=1,  # the sampled token's logprob is always included (plus the top-1)
+            include_stop_str_in_output=True,
+            skip_special_tokens=False,
+        )
+
+    def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
+        if not prompts:
+            return []
+        limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+        if len(limits) != len(prompts):
+            raise ValueError(f"max_new_tokens has {len(limits)} entries for {len(prompts)} prompts")
+        out: list[Generation | None] = [Generation([], [], LENGTH) if lim <= 0 else None for lim in limits]
+        rows = [i for i in range(len(prompts)) if out[i] is None]
+        if rows:
+            inputs = [self._tokens_prompt(prompt_token_ids=[int(t) for t in prompts[i]]) for i in rows]
+            sps = [self.sampling_params(params, limits[i], None if params.seed is None else params.seed + i) for i in rows]
+            results = self.llm.generate(inputs, sps, use_tqdm=False, lora_request=self.lora_request)
+            if len(results) != len(rows):
+                raise RuntimeError(f"vLLM returned {len(results)} outputs for {len(rows)} prompts")
+            for i, res in zip(rows, results):
+                out[i] = self.to_generation(res)
+        return out  # type: ignore[return-value]
+
+    def to_generation(self, request_output: Any) -> Generation:
+        """Map one ``RequestOutput`` (``n=1``) to a ``Generation``; a malformed one becomes an error."""
+        try:
+            o = request_output.outputs[0]
+            ids = [int(t) for t in o.token_ids]
+            if o.logprobs is None or len(o.logprobs) != len(ids):
+                raise ValueError(f"expected one logprob entry per token ({len(ids)}), got "
+                                 f"{None if o.logprobs is None else len(o.logprobs)}")
+            logprobs = [float(o.logprobs[k][t].logprob) for k, t in enumerate(ids)]
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as e:
+            return Generation([], [], ERROR, error=f"unexpected vLLM output: {type(e).__name__}: {e}")
+        meta = {"lora": self.lora_request.lora_name} if self.lora_request is not None else {}
+        fr, sr = o.finish_reason, o.stop_reason
+        if fr == "stop" and isinstance(sr, str):
+            return Generation(ids, logprobs, STOP, stop_string=sr, meta=meta)
+        if fr == "stop" or (ids and ids[-1] in self._eos):  # EOS (stop_reason None) or a stop token id
+            return Generation(ids, logprobs, EOS, meta=meta)
+        if fr == "length":
+            return Generation(ids, logprobs, LENGTH, meta=meta)
+        return Generation(ids, logprobs, ERROR, error=f"vLLM finish_reason {fr!r}", meta=meta)
+
+
+def _generation_config(path: str) -> Any:
+    """The model's generation config (extra EOS ids), or None when it has none."""
+    try:
+        from transformers import GenerationConfig
+
+        return GenerationConfig.from_pretrained(path)
+    except (OSError, ValueError):
+        return None
