@@ -6,7 +6,6 @@ import pytest
 
 from workbench.data.example import Example
 from workbench.protocols import get_protocol
-from workbench.protocols import baselines  # noqa: F401  (registers)
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.tools.base import Hit, Toolbox

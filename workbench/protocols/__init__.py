@@ -4,6 +4,7 @@
 """
 
 from workbench.protocols import (  # noqa: F401  (registers)
+    baselines,
     direct,
     dynasearcher,
     rsearch_dag,
