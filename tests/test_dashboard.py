@@ -130,7 +130,7 @@ def test_run_trajectories_and_one_transcript(runs_root):
     df = q.run_trajectories(runs_root, RUN_A)
     assert list(df.columns) == q.TRAJECTORY_COLUMNS and len(df) == 4
     assert sorted(df["method"]) == ["direct", "direct", "search_r1", "search_r1"]
-    row = df[(df["method"] == "search_r1") & (df["id"].str.startswith("a1"))]["row"].item()
+    row = df[(df["method"] == "search_r1") & (df["id"].str.contains("a1#"))]["row"].item()
     traj = q.load_trajectory(runs_root, RUN_A, row)
     assert traj.protocol == "search_r1" and traj.answer == "Ada Quist" and traj.n_searches == 1
     html = dash.transcript_html(runs_root, RUN_A, row)

@@ -34,16 +34,37 @@ def _colour_tags(escaped: str) -> str:
     return _TAG.sub(sub, escaped)
 
 
-def turns_html(traj: Trajectory, max_chars: int = 4000) -> str:
-    """The transcript, one block per turn: policy turns white, observations green and marked masked."""
+_MARKUP = re.compile(r"(<[^>]*>|&[#a-z0-9]+;)", re.IGNORECASE)
+
+
+def highlight_html(escaped: str, term: str) -> str:
+    """Wrap case-insensitive occurrences of ``term`` in ``<mark>`` inside already-escaped HTML.
+
+    Tags and character entities are left alone, so a highlight never breaks the markup.
+
+    >>> highlight_html("&lt;search&gt; Velmora &amp; Ostrel", "velmora")
+    '&lt;search&gt; <mark>Velmora</mark> &amp; Ostrel'
+    """
+    if not term:
+        return escaped
+    pat = re.compile(re.escape(html.escape(term, quote=False)), re.IGNORECASE)
+    parts = _MARKUP.split(escaped)
+    return "".join(p if i % 2 else pat.sub(lambda m: f"<mark>{m.group(0)}</mark>", p) for i, p in enumerate(parts))
+
+
+def turns_html(traj: Trajectory, max_chars: int = 4000, highlight: str = "") -> str:
+    """The transcript, one block per turn: policy turns white, observations green and marked masked.
+
+    ``highlight``: a string to mark (case-insensitive) in the question and every turn.
+    """
     parts = [
         f"<div style='font-family:sans-serif'><b>{html.escape(traj.id)}</b> · {html.escape(traj.protocol)} · "
         f"finish: <code>{html.escape(traj.finish_reason)}</code> · answer: <code>{html.escape(str(traj.answer))}</code></div>",
-        f"<div style='color:#555;margin:4px 0'>Q: {html.escape(traj.question)}</div>",
+        f"<div style='color:#555;margin:4px 0'>Q: {highlight_html(html.escape(traj.question), highlight)}</div>",
     ]
     for i, t in enumerate(traj.turns):
         text = t.text if len(t.text) <= max_chars else t.text[:max_chars] + " …"
-        body = _colour_tags(html.escape(text)).replace("\n", "<br>")
+        body = highlight_html(_colour_tags(html.escape(text)), highlight).replace("\n", "<br>")
         if t.kind == OBSERVATION:
             style, label = "background:#f1f8f1;border-left:4px solid #7cb87c", "observation (loss mask 0)"
         else:
@@ -77,7 +98,8 @@ def tokens_html(traj: Trajectory, tokenizer: Any, advantages: list[float] | None
         title = f"id {r['id']} · mask {r['mask']}" + (f" · logprob {lp:.3f}" if lp is not None else "")
         if advantages is not None and r["mask"]:
             title += f" · advantage {advantages[0] if len(advantages) == 1 else advantages[r['turn']]:.3f}"
-        spans.append(f"<span title='{html.escape(title)}' style='background:{bg};font-family:monospace'>{text}</span>")
+        spans.append(f"<span data-mask='{r['mask']}' title='{html.escape(title)}' "
+                     f"style='background:{bg};font-family:monospace'>{text}</span>")
     legend = (
         "<div style='font-family:sans-serif;font-size:12px;margin-bottom:4px'>"
         "<span style='background:rgba(74,123,208,.5)'>policy token (loss mask 1; darker = lower logprob)</span> "

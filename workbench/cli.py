@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -19,7 +20,7 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
     p.add_argument("--max-turns", type=int, default=4, help="policy turns per trajectory (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="tokens per turn (default: %(default)s)")
-    p.add_argument("--no-notebooks", action="store_true", help="skip executing the notebooks into the run")
+    p.add_argument("--no-notebooks", action="store_true", help="skip executing the notebooks and writing the static dashboard into the run")
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -36,6 +37,137 @@ def demo(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         notebooks=not args.no_notebooks,
     )
+    return 0
+
+
+# --------------------------------------------------------------------------- eval
+
+
+def _eval_args(p: argparse.ArgumentParser) -> None:
+    from workbench.eval.config import EvalConfig, field_docs
+
+    d = EvalConfig.__dataclass_fields__
+    doc = {k: v.replace("``", "") + (" (default: %(default)s)" if d[k].default is not None and d[k].default is not False
+                                      and k != "methods" else "")
+           for k, v in field_docs(EvalConfig).items()}
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (
+        "examples:\n"
+        "  workbench eval --method direct,search_r1 --limit 20\n"
+        "  workbench eval --method search_r1,vanilla_rag --dataset hotpotqa_dev_distractor.json --limit 50\n"
+        "  workbench eval --method search_r1 --dataset nq/dev.jsonl --corpus wiki18.jsonl --retriever dense\n"
+        "writes runs/<run_id>/ with trajectories.parquet, examples.jsonl, config.json, metrics.json (per method\n"
+        "and per hop count) and features.parquet; prints the metrics tables."
+    )
+    p.add_argument("--method", required=True, metavar="M[,M...]", help=doc["methods"])
+    p.add_argument("--dataset", default=d["dataset"].default, help=doc["dataset"])
+    p.add_argument("--model", default=d["model"].default, help=doc["model"])
+    p.add_argument("--limit", type=int, default=None, help=doc["limit"])
+    p.add_argument("--split", default=None, help=doc["split"])
+    p.add_argument("--retriever", default=d["retriever"].default, choices=("bm25", "dense"), help=doc["retriever"])
+    p.add_argument("--corpus", default=None, metavar="FILE", help=doc["corpus"])
+    for name, typ in (("group_size", int), ("temperature", float), ("max_turns", int), ("max_new_tokens", int), ("seed", int)):
+        p.add_argument("--" + name.replace("_", "-"), type=typ, default=d[name].default, help=doc[name])
+    p.add_argument("--device", default=d["device"].default, help=doc["device"])
+    p.add_argument("--skip-unavailable", action="store_true", help=doc["skip_unavailable"])
+    p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
+    p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    from workbench.eval.runner import format_table, run_dir_hint, run_eval
+
+    run = run_eval(
+        args.method, args.dataset, args.model, out=args.out, name=args.name, progress=not args.no_progress,
+        limit=args.limit, split=args.split, retriever=args.retriever, corpus=args.corpus, group_size=args.group_size,
+        temperature=args.temperature, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
+        device=args.device, skip_unavailable=args.skip_unavailable,
+    )
+    metrics = run.metrics()
+    print(f"\nper method ({metrics['n_examples']} questions):\n{format_table(metrics)}")
+    if any(s.get("by_hops") for s in metrics["methods"].values()):
+        print(f"\nper hop count:\n{format_table(metrics, by_hops=True)}")
+    print(f"\ntools took {100 * metrics['tool_share']:.2f}% of rollout time "
+          f"({metrics['tool_seconds']:.2f}s of {metrics['rollout_seconds']:.1f}s)")
+    print(run_dir_hint(run))
+    return 0
+
+
+# --------------------------------------------------------------------------- train
+
+_TRAIN_FLAGS = {"preset": "--preset", "reward": "--reward", "model": "--model"}
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    import dataclasses
+    import typing
+
+    from workbench.eval.config import field_docs
+    from workbench.rl.trainer import TrainConfig
+
+    docs = field_docs(TrainConfig)
+    hints = typing.get_type_hints(TrainConfig)
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (
+        "examples:\n"
+        "  workbench train --preset dspo --reward dynasearcher --steps 20\n"
+        "  workbench train --config my_run.yaml --steps 50          # file first, flags on top\n"
+        "  workbench train --resume runs/train-...                  # continue a killed run\n"
+        "  accelerate launch --multi_gpu --num_processes 2 -m workbench.cli train --steps 4  # data parallel\n"
+        "    (torchrun launcher: NCCL on GPUs, gloo on CPU-only machines)\n"
+        "dict/list fields take JSON, e.g. --reward-params '{\"alpha\": 0.3}' --question-types '[\"1hop\"]'.\n"
+        "writes runs/<run_id>/: config.json, metrics.jsonl (one row per step), steps/, checkpoints/, metrics.json"
+    )
+    p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig as JSON or YAML (flags override it)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
+    p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    for f in dataclasses.fields(TrainConfig):
+        hint = hints[f.name]
+        text = docs.get(f.name, "").replace("``", "").replace("%", "%%")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if hint in (int, float, str):
+            kind = hint
+        else:  # X | None -> X; dicts and lists -> JSON
+            inner = [a for a in typing.get_args(hint) if a is not type(None)]
+            kind = inner[0] if len(inner) == 1 and inner[0] in (int, float, str) else _json_arg
+        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
+                       help=f"{text} (default: {json.dumps(default)})")
+
+
+def _json_arg(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"expected JSON (e.g. '{{\"key\": 1}}' or '[\"a\"]'), got {text!r}: {e}") from e
+
+
+def train_command(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from workbench.rl.trainer import TrainConfig, Trainer
+
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.resume:
+        trainer = Trainer.resume(args.resume, progress=not args.no_progress, **given)
+    else:
+        cfg = TrainConfig.from_file(args.config, **given) if args.config else TrainConfig(**given)
+        trainer = Trainer(cfg, run=args.out, progress=not args.no_progress)
+    if trainer.rank == 0:
+        print(f"training {trainer.config.preset} / {trainer.config.reward} / {trainer.config.protocol} on "
+              f"{trainer.config.model}: {trainer.config.steps} steps -> {trainer.run.path}", flush=True)
+    run = trainer.train()
+    if trainer.rank == 0:
+        m = run.metrics()
+        print(f"done: {m.get('steps')} steps, reward {m.get('reward_first', float('nan')):.3f} -> "
+              f"{m.get('reward_last', float('nan')):.3f} (first/last quarter), {m.get('seconds_per_step', 0):.1f}s/step")
+        if "eval_after" in m:
+            b, a = m["eval_before"], m["eval_after"]
+            print(f"held-out: reward {b['eval_reward_mean']:.3f} -> {a['eval_reward_mean']:.3f}, "
+                  f"cover-EM {b['eval_cem']:.3f} -> {a['eval_cem']:.3f}, F1 {b['eval_f1']:.3f} -> {a['eval_f1']:.3f}")
+        print(f"run: {run.path}  (adapter: {run.path / 'checkpoints'}; curves: workbench dashboard)")
     return 0
 
 
@@ -163,6 +295,8 @@ def regress(args: argparse.Namespace) -> int:
 #: name -> (add_arguments, run, help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
     "demo": (_demo_args, demo, "evaluate the default model on the synthetic world: direct answers vs the search agent"),
+    "eval": (_eval_args, eval_command, "evaluate methods (protocols, baselines) on the world or a benchmark file; writes a run"),
+    "train": (_train_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
     "world": (_world_args, world, "build (or load from cache) the synthetic world and print its statistics"),
     "dashboard": (_dashboard_args, dashboard, "serve the Panel dashboard over runs/ on 127.0.0.1 (or --static FILE)"),
     "lab": (_lab_args, lab, "open JupyterLab in notebooks/ with the workbench kernel (127.0.0.1 only)"),

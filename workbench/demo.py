@@ -1,22 +1,69 @@
-"""``workbench demo``: the default model on the synthetic world, with and without search.
+"""``workbench demo``: the default model on the synthetic world, with and without search, then the workbench.
 
 Builds (or loads) the default world, indexes its passages with BM25, loads the default
-model, evaluates dev questions in two settings (direct answer; the Search-R1 agent),
-prints a metrics table, writes a run directory and executes the notebooks into it.
+model, evaluates dev questions in two settings (direct answer; the Search-R1 agent) with
+:func:`~workbench.eval.runner.run_eval`, prints the metrics tables and writes a run
+directory (with ``features.parquet``). Then it ends with the workbench: the notebooks are
+executed into ``<run>/notebooks/`` and the static dashboard is written to
+``<run>/dashboard.html``. A notebook that fails is reported and skipped; the run stays.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
-from workbench.eval.runner import evaluate, format_table, write_eval_run
-from workbench.rollout.engine import RolloutConfig
+from workbench.eval.runner import format_table, run_eval
 from workbench.runs import Run
+
+#: Notebooks executed into the run, in order, and the parameters each gets (``{run}``: the run
+#: directory, ``{runs}``: the runs root). 00_quickstart is left out: it would evaluate the model again.
+DEMO_NOTEBOOKS: dict[str, dict[str, Any]] = {
+    "01_trajectory_inspector": {"run_dir": "{run}"},
+    "02_reward_playground": {"run_dir": "{run}"},
+    "03_kg_explorer": {"run_dir": "{run}"},
+    # the demo writes <run>/dashboard.html itself (also when this notebook fails): no second copy here
+    "05_results_dashboard": {"runs_dir": "{runs}", "out_dir": "{run}/notebooks/05_results_dashboard", "write_html": False},
+}
 
 
 def _say(msg: str) -> None:
     print(msg, flush=True)
+
+
+def execute_demo_notebooks(run: Run, names: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Execute each notebook into ``<run>/notebooks/<name>.ipynb``; returns name -> {status, seconds, path|error}.
+
+    A notebook that is not in ``notebooks/`` is ``skipped``; one that raises is ``error`` (with the
+    failing cell's error in ``error``) and the next one still runs.
+    """
+    from workbench.notebooks import execute_notebook, notebook_path
+
+    out: dict[str, dict[str, Any]] = {}
+    ctx = {"run": str(run.path.resolve()), "runs": str(run.path.resolve().parent)}
+    for name, params in (names if names is not None else DEMO_NOTEBOOKS).items():
+        try:
+            notebook_path(name)
+        except FileNotFoundError:
+            out[name] = {"status": "skipped", "seconds": 0.0, "error": "not in notebooks/"}
+            _say(f"      {name}: skipped (not in notebooks/)")
+            continue
+        target = run.path / "notebooks" / f"{name}.ipynb"
+        t0 = time.perf_counter()
+        try:
+            execute_notebook(name, target, {k: v.format(**ctx) if isinstance(v, str) else v for k, v in params.items()})
+        except Exception as e:  # noqa: BLE001 - a failing notebook must not lose the run
+            secs = time.perf_counter() - t0
+            first = str(e).strip().splitlines()
+            out[name] = {"status": "error", "seconds": secs, "path": str(target),
+                         "error": f"{type(e).__name__}: {first[-1] if first else ''}"[:500]}
+            _say(f"      {name}: FAILED after {secs:.0f}s ({out[name]['error']}); executed copy: {target}")
+            continue
+        secs = time.perf_counter() - t0
+        out[name] = {"status": "ok", "seconds": secs, "path": str(target)}
+        _say(f"      {name}: ok ({secs:.0f}s) -> {target}")
+    return out
 
 
 def run_demo(
@@ -30,72 +77,56 @@ def run_demo(
     max_new_tokens: int = 96,
     notebooks: bool = True,
 ) -> Run:
-    from workbench.data.world import load_world
-    from workbench.models import load_policy
-    from workbench.rollout.backends.hf import HFBackend
-    from workbench.tools.base import Toolbox
-    from workbench.tools.bm25 import BM25Search
-
+    """The demo evaluation, then (with ``notebooks``) the notebooks and the static dashboard."""
     if limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
     t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    t0 = time.perf_counter()
-    world = load_world()
-    timings["world_s"] = time.perf_counter() - t0
-    _say(f"[1/5] world {world.fingerprint()}: {len(world.entities)} entities, {len(world.triples)} triples, "
-         f"{len(world.passages)} passages, {len(world.examples)} questions ({timings['world_s']:.1f}s)")
-
-    t0 = time.perf_counter()
-    search = BM25Search(world.passages)
-    toolbox = Toolbox({"search": search})
-    timings["index_s"] = time.perf_counter() - t0
-    _say(f"[2/5] BM25 index over {len(search)} passages ({timings['index_s']:.2f}s)")
-
-    t0 = time.perf_counter()
-    policy, tokenizer = load_policy(model, device=device)
-    backend = HFBackend(policy, tokenizer)
-    timings["model_s"] = time.perf_counter() - t0
-    n_params = sum(p.numel() for p in policy.parameters()) / 1e6
-    _say(f"[3/5] model {model} ({n_params:.1f}M parameters, {backend.device}) ({timings['model_s']:.1f}s)")
-
-    examples = world.split("dev")[:limit]
-    cfg = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    _say(f"[4/5] evaluating {len(examples)} dev questions: direct answer, then the search agent")
-    results = []
-    for method, turns in (("direct", 1), ("search_r1", max_turns)):
-        c = RolloutConfig(**{**cfg.to_dict(), "max_turns": turns})
-        results.append(evaluate(method, examples, backend, toolbox, c, meta={"model": model}))
-    timings["eval_s"] = sum(r.seconds for r in results)
-
-    run = Run.create(
-        out, kind="eval", name="demo",
-        config={"model": model, "dataset": "world", "split": "dev", "limit": limit, "seed": seed,
-                "world": world.fingerprint(), "retriever": "bm25", "rollout": cfg.to_dict()},
+    _say(f"[1/3] evaluating {limit} dev questions of the synthetic world: direct answer, then the search agent")
+    run = run_eval(
+        ["direct", "search_r1"], "world", model, out=out, name="demo", limit=limit, split="dev", retriever="bm25",
+        group_size=1, temperature=temperature, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed,
+        device=device, log=lambda m: _say("      " + m),
     )
-    write_eval_run(run, results, examples)
-    tool_s = sum(t.tool_latency_s for r in results for t in r.trajectories)
-    timings["tool_share"] = tool_s / max(1e-9, timings["eval_s"])
+    metrics = run.metrics()
+    timings: dict[str, float] = dict(metrics.get("timings") or {})
+    timings["tool_share"] = float(metrics["tool_share"])
     print()
-    print(format_table(results))
+    print(format_table(metrics))
+    print()
+    print(format_table(metrics, by_hops=True))
     print()
 
+    nb_status: dict[str, dict[str, Any]] = {}
     if notebooks:
-        from workbench.notebooks import execute_notebook
+        from workbench.dashboard.app import save_static
 
         t0 = time.perf_counter()
-        nb_out = run.path / "notebooks" / "01_trajectory_inspector.ipynb"
-        _say("[5/5] executing notebooks/01_trajectory_inspector.ipynb with papermill")
-        execute_notebook("01_trajectory_inspector", nb_out, {"run_dir": str(run.path.resolve())})
+        _say(f"[2/3] executing the notebooks into {run.path / 'notebooks'}")
+        nb_status = execute_demo_notebooks(run)
         timings["notebooks_s"] = time.perf_counter() - t0
-        _say(f"      -> {nb_out}")
+        t0 = time.perf_counter()
+        _say("[3/3] writing the static dashboard")
+        try:
+            save_static(run.path / "dashboard.html", run.path.parent)
+            _say(f"      -> {run.path / 'dashboard.html'} (over {run.path.parent}; opens offline)")
+        except Exception as e:  # noqa: BLE001 - the run is already written; report and go on
+            nb_status["dashboard.html"] = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500]}
+            _say(f"      dashboard FAILED: {type(e).__name__}: {e}")
+        timings["dashboard_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_start
-    metrics = run.metrics()
     metrics["timings"] = timings
+    if nb_status:
+        metrics["notebooks"] = nb_status
     run.write_metrics(metrics)
-    _say(f"run written to {run.path}  (config.json, trajectories.parquet, metrics.json, examples.jsonl)")
-    _say(f"tools took {100 * timings['tool_share']:.1f}% of rollout time; total {timings['total_s']:.0f}s")
-    _say("open it: `make lab` (JupyterLab with the `workbench` kernel) and run notebooks/01_trajectory_inspector.ipynb "
-         f"with run_dir = {str(run.path)!r}")
+
+    phases = ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in timings.items() if k.endswith("_s") and k != "total_s")
+    _say(f"run written to {run.path}  (config.json, trajectories.parquet, metrics.json, examples.jsonl, features.parquet)")
+    _say(f"tools took {100 * timings['tool_share']:.2f}% of rollout time; total {timings['total_s']:.0f}s ({phases})")
+    if notebooks:
+        failed = [n for n, s in nb_status.items() if s["status"] == "error"]
+        if failed:
+            _say(f"notebooks that failed (their executed copies show the failing cell): {', '.join(failed)}")
+        _say(f"executed notebooks: {run.path / 'notebooks'}/*.ipynb; static dashboard: {run.path / 'dashboard.html'}")
+    _say(f"live: `make lab` (JupyterLab, kernel `workbench`; open notebooks/01_trajectory_inspector.ipynb with "
+         f"run_dir = {str(run.path)!r}) and `workbench dashboard --runs {run.path.parent}` (http://127.0.0.1:5006/)")
     return run

@@ -66,5 +66,6 @@ def execute_notebook(
         progress_bar=progress,
         cwd=str(cwd) if cwd else str(notebooks_dir()),
         log_output=False,
+        store_widget_state=False,  # the widget state embeds plotly's JS per figure (~5 MB each)
     )
     return output

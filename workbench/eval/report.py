@@ -51,3 +51,41 @@ def _loads(s: str) -> dict[str, Any]:
         return json.loads(s) if s else {}
     except json.JSONDecodeError:
         return {}
+
+
+def runs_overview_metrics(runs_dir: str | Any) -> dict[str, Any]:
+    """Flat numbers over a runs root for ``metrics.json`` of the results dashboard: counts of runs
+    (by kind, with errors), trajectories, methods, datasets, training curves and hop rows, and the
+    best F1 of any eval method."""
+    from workbench.dashboard import queries as q
+
+    runs = q.runs_table(runs_dir)
+    methods = q.method_metrics(runs_dir)
+    curves = q.training_curves(runs_dir)
+    hops = q.hop_breakdown(runs_dir)
+    best = methods["f1"].max() if len(methods) and methods["f1"].notna().any() else None
+    return {
+        "n_runs": int(len(runs)),
+        "n_eval_runs": int((runs["kind"] == "eval").sum()),
+        "n_train_runs": int((runs["kind"] == "train").sum()),
+        "n_runs_with_errors": int((runs["error"].fillna("") != "").sum()),
+        "n_trajectories": int(runs["n_trajectories"].fillna(0).sum()),
+        "n_methods": int(methods["method"].nunique()),
+        "n_datasets": int(methods["dataset"].nunique()),
+        "n_curve_metrics": len(q.curve_metrics(curves)),
+        "n_hop_rows": int(len(hops)),
+        "best_f1": None if best is None else float(best),
+    }
+
+
+def showcase_trajectory(run: Run, method: str | None = None) -> Any:
+    """A trajectory worth reading first: of ``method`` (default: the last method of the run), the
+    first that searched and answered, else the first that searched, else its first one."""
+    trajs = run.trajectories()
+    if not trajs:
+        raise ValueError(f"run {run.path} has no trajectories")
+    method = method or trajs[-1].meta.get("method", trajs[-1].protocol)
+    mine = [t for t in trajs if t.meta.get("method", t.protocol) == method] or trajs
+    searched = [t for t in mine if t.n_searches]
+    answered = [t for t in searched if t.answer is not None]
+    return (answered or searched or mine)[0]

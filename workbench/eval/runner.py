@@ -1,27 +1,49 @@
-"""Evaluation: roll out a method on examples, score the answers, summarize, write a run.
+"""Evaluation: roll out methods on examples, score the answers, summarize, write a run.
 
-``evaluate`` is what ``workbench eval`` and ``workbench demo`` call, and what a notebook
-calls; it returns the trajectories, one metric row per trajectory, and a summary.
+Two levels:
+
+- :func:`evaluate` rolls out one method on given examples with a given backend and toolbox
+  and returns the trajectories, one metric row per trajectory and a summary (overall and per
+  hop count); :func:`write_eval_run` writes results into a run directory.
+- :func:`run_eval` is the whole evaluation from names: load the dataset (the synthetic world
+  or a benchmark file) and its corpus, build each method's tools, load the model, evaluate
+  every method, write the run (trajectories, examples, config, ``metrics.json``,
+  ``features.parquet``). ``workbench eval`` and ``workbench demo`` call it; so do notebooks.
+
+``metrics.json`` of an eval run::
+
+    {"methods": {method: {n, em, cem, f1, searches, tokens, seconds, tool_seconds, valid_actions,
+                          answered, format_ok, wall_seconds, tool_share,
+                          by_hops: {hops: {n, em, cem, f1, ...}}}},
+     "n_examples", "n_trajectories", "rollout_seconds", "tool_seconds", "tool_share", "timings"}
+
+``seconds`` and ``tokens`` are per trajectory (per answer); ``tool_share`` is the share of the
+rollout wall time spent inside tools (search, KG, plans).
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from workbench.data.example import Example
+from workbench.eval.config import DEFAULT_MODEL, EvalConfig
 from workbench.protocols.base import Protocol, get_protocol
 from workbench.rewards.metrics import answer_metrics
 from workbench.rollout.backends.base import Backend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.runs import Run
-from workbench.tools.base import Toolbox
+from workbench.tools.base import Passage, Toolbox
 from workbench.trajectory import Trajectory
 
-#: Columns of the summary table, in display order, with their labels.
+#: Columns of the printed summary table, in display order, with their labels.
 SUMMARY_COLUMNS = {
     "n": "n",
     "em": "EM",
@@ -30,9 +52,13 @@ SUMMARY_COLUMNS = {
     "searches": "searches",
     "tokens": "tokens/answer",
     "seconds": "s/answer",
+    "format_ok": "format-valid",
     "valid_actions": "valid actions",
     "answered": "answered",
 }
+#: Means computed per method and per hop count.
+MEAN_KEYS = ("em", "cem", "f1", "searches", "tokens", "seconds", "tool_seconds", "valid_actions", "answered", "format_ok")
+FEATURES_FILE = "features.parquet"
 
 
 def score(trajs: list[Trajectory], examples: list[Example]) -> list[dict[str, Any]]:
@@ -65,10 +91,11 @@ def score(trajs: list[Trajectory], examples: list[Example]) -> list[dict[str, An
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Means of the metric columns, overall and per hop count."""
+    """Means of the metric columns, overall and per hop count (``by_hops``, keys are strings)."""
+
     def means(rs: list[dict[str, Any]]) -> dict[str, float]:
         out: dict[str, float] = {"n": len(rs)}
-        for k in ("em", "cem", "f1", "searches", "tokens", "seconds", "tool_seconds", "valid_actions", "answered", "format_ok"):
+        for k in MEAN_KEYS:
             out[k] = float(np.mean([r[k] for r in rs])) if rs else float("nan")
         return out
 
@@ -86,6 +113,11 @@ class EvalResult:
     summary: dict[str, Any]
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool_seconds(self) -> float:
+        """Seconds spent inside tools, summed over the trajectories."""
+        return float(sum(t.tool_latency_s for t in self.trajectories))
 
 
 def evaluate(
@@ -109,37 +141,308 @@ def evaluate(
     cfg = config or RolloutConfig()
     t0 = time.perf_counter()
     trajs = rollout(examples, protocol, toolbox, backend, cfg, progress=progress, meta={"method": protocol.name, **(meta or {})})
+    for t in trajs:  # one run holds several methods: ids and groups are per method
+        t.id, t.group_id = f"{protocol.name}:{t.id}", f"{protocol.name}:{t.group_id}"
     secs = time.perf_counter() - t0
     rows = score(trajs, examples)
     summary = summarize(rows)
     summary["wall_seconds"] = secs
+    summary["tool_share"] = sum(t.tool_latency_s for t in trajs) / secs if secs > 0 else 0.0
     return EvalResult(protocol.name, trajs, rows, summary, secs, {"protocol": protocol.config(), "rollout": cfg.to_dict()})
 
 
-def write_eval_run(run: Run, results: list[EvalResult], examples: list[Example]) -> Run:
-    """Write trajectories (all methods in one table, with their metric columns), examples and metrics."""
+def write_eval_run(
+    run: Run, results: list[EvalResult], examples: list[Example], features: bool = True,
+    timings: dict[str, float] | None = None,
+) -> Run:
+    """Write trajectories (all methods in one table, with their metric columns), examples, metrics
+    and, with ``features``, the reward features table (``features.parquet``, no embeddings) that the
+    reward playground and the dashboard read."""
     trajs = [t for r in results for t in r.trajectories]
     rows = [row for r in results for row in r.rows]
     extra = {k: [row[k] for row in rows] for k in ("em", "cem", "f1", "format_ok")}
     extra["method"] = [t.meta.get("method", t.protocol) for t in trajs]
     run.write_trajectories(trajs, extra_columns=extra)
     run.write_examples(examples)
-    run.write_metrics({"methods": {r.method: r.summary for r in results}})
+    rollout_s = sum(r.seconds for r in results)
+    tool_s = sum(r.tool_seconds for r in results)
+    metrics: dict[str, Any] = {
+        "methods": {r.method: r.summary for r in results},
+        "n_examples": len(examples),
+        "n_trajectories": len(trajs),
+        "rollout_seconds": rollout_s,
+        "tool_seconds": tool_s,
+        "tool_share": tool_s / rollout_s if rollout_s > 0 else 0.0,
+    }
+    if timings:
+        metrics["timings"] = dict(timings)
+    run.write_metrics(metrics)
     run.update_config(methods={r.method: r.config for r in results})
+    if features:
+        from workbench.rewards.features import compute_features, save_features
+
+        t0 = time.perf_counter()
+        save_features(run, compute_features(trajs, examples, encoder=False, cache=False), FEATURES_FILE)
+        metrics.setdefault("timings", {})["features_s"] = time.perf_counter() - t0
+        run.write_metrics(metrics)
     return run
 
 
-def format_table(results: list[EvalResult]) -> str:
-    """A plain-text metrics table, one row per method."""
-    head = ["method"] + list(SUMMARY_COLUMNS.values())
+# --------------------------------------------------------------------------- tables
+
+
+def _summaries(results_or_metrics: Any) -> dict[str, dict[str, Any]]:
+    """``{method: summary}`` from a list of EvalResult, a metrics dict, or a Run."""
+    if isinstance(results_or_metrics, Run):
+        results_or_metrics = results_or_metrics.metrics()
+    if isinstance(results_or_metrics, dict):
+        return dict(results_or_metrics.get("methods") or {})
+    return {r.method: r.summary for r in results_or_metrics}
+
+
+def metrics_table(results_or_metrics: Any, by_hops: bool = False) -> pd.DataFrame:
+    """The summary as a DataFrame: one row per method (index ``method``), or with ``by_hops`` one row
+    per method and hop count (index ``method, hops``). Columns: n and the means of ``MEAN_KEYS``."""
+    records = []
+    for method, s in _summaries(results_or_metrics).items():
+        if by_hops:
+            for h, hs in (s.get("by_hops") or {}).items():
+                records.append({"method": method, "hops": int(h), **{k: hs.get(k) for k in ("n", *MEAN_KEYS)}})
+        else:
+            records.append({"method": method, **{k: s.get(k) for k in ("n", *MEAN_KEYS)}, "tool_share": s.get("tool_share")})
+    index = ["method", "hops"] if by_hops else ["method"]
+    cols = index + ["n", *MEAN_KEYS] + ([] if by_hops else ["tool_share"])
+    df = pd.DataFrame(records, columns=cols)
+    df["n"] = df["n"].astype("Int64")
+    return df.set_index(index)
+
+
+def format_table(results_or_metrics: Any, by_hops: bool = False) -> str:
+    """A plain-text metrics table: one row per method (or per method and hop count)."""
+    df = metrics_table(results_or_metrics, by_hops=by_hops)
+    first = ["method", "hops"] if by_hops else ["method"]
+    head = first + list(SUMMARY_COLUMNS.values())
+    fmt = {"em": ".3f", "cem": ".3f", "f1": ".3f", "searches": ".2f", "tokens": ".1f", "seconds": ".2f",
+           "format_ok": ".2f", "valid_actions": ".2f", "answered": ".2f"}
     body = []
-    for r in results:
-        s = r.summary
-        body.append(
-            [r.method, str(s["n"])]
-            + [f"{s[k]:.3f}" for k in ("em", "cem", "f1")]
-            + [f"{s['searches']:.2f}", f"{s['tokens']:.1f}", f"{s['seconds']:.2f}", f"{s['valid_actions']:.2f}", f"{s['answered']:.2f}"]
-        )
+    for key, row in df.iterrows():
+        keys = [str(k) for k in (key if isinstance(key, tuple) else (key,))]
+        body.append(keys + [str(row["n"])] + [_fmt(row[k], fmt[k]) for k in list(SUMMARY_COLUMNS)[1:]])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i < len(first) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(b) for b in body])
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else format(float(v), spec)
+
+
+def flat_metrics(metrics: dict[str, Any] | Run) -> dict[str, Any]:
+    """Flat numbers of an eval run's ``metrics.json`` for notebooks and regressions:
+    ``n_trajectories``, ``tool_share`` and ``<method>.<metric>`` for n, em, cem, f1, searches,
+    tokens, format_ok, answered."""
+    if isinstance(metrics, Run):
+        metrics = metrics.metrics()
+    out: dict[str, Any] = {"n_trajectories": metrics.get("n_trajectories"), "tool_share": metrics.get("tool_share")}
+    for method, s in (metrics.get("methods") or {}).items():
+        for k in ("n", "em", "cem", "f1", "searches", "tokens", "format_ok", "answered"):
+            out[f"{method}.{k}"] = s.get(k)
+    return out
+
+
+# --------------------------------------------------------------------------- run_eval
+
+
+@dataclass
+class EvalData:
+    """What an evaluation runs on: questions, the passages to search (if any), the world (if any)."""
+
+    examples: list[Example]
+    passages: list[Passage] | None
+    world: Any = None
+    dataset: str = "world"
+    corpus: str = "world"
+    """Where the passages come from: ``world``, ``contexts`` (the dataset's own paragraphs) or a file."""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def load_eval_data(cfg: EvalConfig) -> EvalData:
+    """The questions and corpus of ``cfg``: the world's split, or a benchmark file and its corpus.
+
+    A benchmark file's corpus is ``cfg.corpus`` (FlashRAG JSONL) or else built from the context
+    paragraphs of all its questions (so the first ``limit`` questions are searched among the
+    paragraphs of the whole file); each question's ``supporting_ids`` then point into it.
+    """
+    from workbench.data.loaders import corpus_from_contexts, load_dataset, load_flashrag_corpus
+
+    passages = load_flashrag_corpus(cfg.corpus) if cfg.corpus else None
+    if str(cfg.dataset).lower() == "world":
+        from workbench.data.world import load_world
+
+        world = load_world()
+        examples = world.split(cfg.split or "dev")
+        data = EvalData(examples, passages if passages is not None else list(world.passages), world, "world",
+                        str(cfg.corpus) if cfg.corpus else "world", {"world": world.fingerprint()})
+    else:
+        examples = load_dataset(cfg.dataset, split=cfg.split)
+        if not examples:
+            raise ValueError(f"dataset {cfg.dataset!r} has no questions")
+        if passages is None:
+            built = corpus_from_contexts(examples)
+            data = EvalData(examples, built or None, None, examples[0].dataset, "contexts")
+        else:
+            data = EvalData(examples, passages, None, examples[0].dataset, str(cfg.corpus))
+    if not data.examples:
+        raise ValueError(f"no questions in split {cfg.split!r} of {cfg.dataset!r}")
+    data.examples = data.examples[: cfg.limit] if cfg.limit else data.examples
+    return data
+
+
+#: What each tool needs from the data, for the message when it is missing.
+_TOOL_NEEDS = {
+    "search": "a passage corpus",
+    "plan": "a passage corpus (for the multi-source plan tool)",
+    "kg": "a knowledge graph",
+}
+
+
+def missing_tools(method: str, data: EvalData) -> list[str]:
+    """Why each tool ``method`` needs cannot be built from ``data`` (empty: all available)."""
+    out = []
+    for tool in get_protocol(method).required_tools:
+        if tool in ("search", "plan") and not data.passages:
+            out.append(f"the {tool!r} tool needs {_TOOL_NEEDS[tool]}, and dataset {data.dataset!r} has no context "
+                       "paragraphs to build one from: pass a FlashRAG corpus (--corpus FILE)")
+        elif tool == "kg" and data.world is None:
+            out.append(f"the 'kg' tool needs {_TOOL_NEEDS['kg']}, which only the synthetic world has "
+                       f"(--dataset world); dataset {data.dataset!r} has none")
+        elif tool not in _TOOL_NEEDS:
+            out.append(f"the {tool!r} tool cannot be built by workbench.tools.toolbox.build_toolbox")
+    return out
+
+
+def _say(log: Callable[[str], None] | None, msg: str) -> None:
+    if log is not None:
+        log(msg)
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run_eval(
+    methods: str | Sequence[str] = ("direct", "search_r1"),
+    dataset: str | os.PathLike = "world",
+    model: str | Backend = DEFAULT_MODEL,
+    *,
+    out: str | os.PathLike | None = None,
+    name: str | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = _print,
+    **options: Any,
+) -> Run:
+    """Evaluate ``methods`` on ``dataset`` with ``model`` and write an eval run; returns the Run.
+
+    Args:
+        methods: protocol name(s), a list or one comma-separated string.
+        dataset: ``world``, a dataset name, or a benchmark file path (see ``EvalConfig.dataset``).
+        model: a model alias / path, or a ready :class:`Backend` (e.g. a ``ScriptedBackend`` in tests,
+            an ``OpenAIBackend`` for a server).
+        out: the runs root the run directory is created in (default ``runs/``).
+        name: label in the run id (default ``<dataset>-<methods>``).
+        progress: tqdm progress bars during rollouts.
+        log: where phase messages go (default print; None = quiet).
+        **options: the other :class:`~workbench.eval.config.EvalConfig` fields: ``limit``, ``split``,
+            ``retriever``, ``corpus``, ``group_size``, ``temperature``, ``max_turns``,
+            ``max_new_tokens``, ``seed``, ``device``, ``skip_unavailable``.
+
+    Every input is checked (methods, files, tools each method needs) before the model loads.
+    """
+    backend = model if isinstance(model, Backend) else None
+    model_name = getattr(backend, "name", "backend") if backend is not None else str(model)
+    cfg = EvalConfig(methods=methods, dataset=str(dataset), model=model_name, **options)
+    timings: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    data = load_eval_data(cfg)
+    timings["data_s"] = time.perf_counter() - t0
+    where = f"world {data.info['world']}" if data.world is not None else f"{data.dataset} ({cfg.dataset})"
+    _say(log, f"[data] {where}: {len(data.examples)} questions, {len(data.passages or [])} passages "
+              f"(corpus: {data.corpus}) ({timings['data_s']:.1f}s)")
+
+    runnable = []
+    for m in cfg.methods:
+        why = missing_tools(m, data)
+        if not why:
+            runnable.append(m)
+            continue
+        msg = f"method {m!r} cannot run on {data.dataset!r}: " + "; ".join(why)
+        if not cfg.skip_unavailable:
+            raise ValueError(msg + " (drop it from the methods, or skip such methods with --skip-unavailable)")
+        _say(log, f"[skip] {msg}")
+    if not runnable:
+        raise ValueError(f"none of the methods {', '.join(cfg.methods)} can run on {data.dataset!r}")
+
+    t0 = time.perf_counter()
+    if backend is None:
+        from workbench.models import load_policy
+        from workbench.rollout.backends.hf import HFBackend
+
+        policy, tokenizer = load_policy(cfg.model, device=cfg.device)
+        backend = HFBackend(policy, tokenizer)
+        n_params = sum(p.numel() for p in policy.parameters()) / 1e6
+        what = f"{cfg.model} ({n_params:.1f}M parameters, {backend.device})"
+    else:
+        what = f"{model_name} (given backend)"
+    timings["model_s"] = time.perf_counter() - t0
+    _say(log, f"[model] {what} ({timings['model_s']:.1f}s)")
+
+    from workbench.tools.toolbox import build_toolbox
+
+    toolboxes: dict[tuple[str, ...], Toolbox] = {}
+    t0 = time.perf_counter()
+    for m in runnable:
+        need = tuple(sorted(get_protocol(m).required_tools))
+        if need not in toolboxes:
+            toolboxes[need] = build_toolbox(m, data.world, passages=data.passages, retriever=cfg.retriever,
+                                            tokenizer=backend.tokenizer) if need else Toolbox()
+    timings["index_s"] = time.perf_counter() - t0
+    tools = sorted({t for tb in toolboxes.values() for t in tb.names()})
+    _say(log, f"[tools] {', '.join(tools) or 'none'} ({cfg.retriever} over {len(data.passages or [])} passages) "
+              f"({timings['index_s']:.2f}s)")
+
+    _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(runnable)}")
+    results = []
+    for m in runnable:
+        protocol = get_protocol(m)
+        rc = cfg.rollout_config(max_turns=1 if not protocol.required_tools else None)
+        tb = toolboxes[tuple(sorted(protocol.required_tools))]
+        results.append(evaluate(protocol, data.examples, backend, tb, rc, progress=progress, meta={"model": model_name}))
+        _say(log, f"       {m}: {results[-1].seconds:.1f}s")
+    timings["eval_s"] = sum(r.seconds for r in results)
+
+    run = Run.create(
+        out, kind="eval", name=name or f"{data.dataset}-{'-'.join(runnable)}",
+        config={"model": model_name, "dataset": data.dataset, "dataset_path": None if data.world else str(cfg.dataset),
+                "split": cfg.split or data.examples[0].split, "limit": cfg.limit, "seed": cfg.seed,
+                **data.info, "retriever": cfg.retriever, "corpus": data.corpus,
+                "n_passages": len(data.passages or []), "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict()},
+    )
+    write_eval_run(run, results, data.examples, features=True, timings=timings)
+    return run
+
+
+def tool_share(run: Run | dict[str, Any]) -> float:
+    """Share of rollout wall time spent inside tools, from an eval run's metrics."""
+    metrics = run.metrics() if isinstance(run, Run) else run
+    return float(metrics.get("tool_share", 0.0))
+
+
+def run_dir_hint(run: Run) -> str:
+    """How to look at a run: the notebooks and the dashboard."""
+    return (f"run written to {run.path}\n"
+            f"look at it: `make lab` and open notebooks/01_trajectory_inspector.ipynb with run_dir = {str(run.path)!r}; "
+            f"`workbench dashboard --runs {Path(run.path).parent}` for all runs")

@@ -62,19 +62,40 @@ DEMO = {
     ],
 }
 
+# A one-hop demonstration without <think>: what the 135M default model imitates best (it copies
+# the answer from the observation far more often than after the two-hop demo; see bench/RESULTS.md).
+DEMO_ONE_HOP = {
+    "question": "Where was the painter Ilse Marrow born?",
+    "steps": [
+        ("policy", "<{s}> Ilse Marrow birthplace </{s}>"),
+        (
+            "observation",
+            "\n\n<information>Doc 1(Title: Ilse Marrow) Ilse Marrow is a painter. She was born in Hallervik."
+            "</information>\n\n",
+        ),
+        ("policy", "<answer> Hallervik </answer>"),
+    ],
+}
+
+DEMOS = {"two_hop": DEMO, "one_hop": DEMO_ONE_HOP}
+
 
 @register
 class SearchR1(Protocol):
-    """Search-R1 grammar (DSPO's agent). ``variant="tool_call"`` uses ``<tool_call>`` for searches."""
+    """Search-R1 grammar (DSPO's agent). ``variant="tool_call"`` uses ``<tool_call>`` for searches;
+    ``demo`` picks the few-shot demonstration: ``two_hop`` (with ``<think>``) or ``one_hop``."""
 
     name = "search_r1"
     tags = ("think", "search", "information", "answer", "tool_call")
 
-    def __init__(self, variant: str = "search", **kwargs: Any):
+    def __init__(self, variant: str = "search", demo: str = "two_hop", **kwargs: Any):
         super().__init__(**kwargs)
         if variant not in ("search", "tool_call"):
             raise ValueError(f"search_r1: variant must be 'search' or 'tool_call', got {variant!r}")
+        if demo not in DEMOS:
+            raise ValueError(f"search_r1: demo must be one of {sorted(DEMOS)}, got {demo!r}")
         self.variant = variant
+        self.demo = demo
         self.search_tag = variant
 
     @property
@@ -82,14 +103,15 @@ class SearchR1(Protocol):
         return (f"</{self.search_tag}>", "</answer>")
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "variant": self.variant}
+        return {**super().config(), "variant": self.variant, "demo": self.demo}
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT.format(s=self.search_tag)
 
     def demonstrations(self) -> list[dict[str, Any]]:
-        steps = [(k, t.format(s=self.search_tag)) for k, t in DEMO["steps"]]
-        return [{"question": DEMO["question"], "steps": steps}]
+        demo = DEMOS[self.demo]
+        steps = [(k, t.format(s=self.search_tag)) for k, t in demo["steps"]]
+        return [{"question": demo["question"], "steps": steps}]
 
     def parse(self, text: str) -> Action:
         found = last_action(text, (self.search_tag, "answer"))

@@ -1,4 +1,4 @@
-"""RL for search agents: losses, advantages and the dynamic filter, LoRA policy, batches.
+"""RL for search agents: losses, advantages and the dynamic filter, LoRA policy, batches, the trainer.
 
 Import order points one way: the trainer imports these; these import nothing of the trainer.
 ``policy`` (peft/transformers) is imported lazily so that the pure tensor functions load fast.
@@ -35,7 +35,8 @@ from workbench.rl.losses import (
 )
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "IMPORTANCE", "PRESETS", "FilterStats", "LoRAPolicy", "LossConfig", "RLBatch",
+    "ADVANTAGES", "AGGREGATIONS", "IMPORTANCE", "PRESETS", "DataStream", "FilterStats", "LoRAPolicy", "LossConfig",
+    "RLBatch", "TrainConfig", "Trainer", "latest_checkpoint", "train",
     "aggregate", "approx_kl", "batch_std_advantages", "build_batch", "clip_fraction", "clipped_surrogate",
     "compute_advantages", "entropy_from_logits", "entropy_from_logits_chunked", "fill_batch", "get_loss_config",
     "group_std_advantages", "keep_groups", "kl_coef_at", "kl_k3", "mean_only_advantages", "normalizers",
@@ -48,4 +49,8 @@ def __getattr__(name: str):
         from workbench.rl import policy
 
         return getattr(policy, name)
+    if name in ("TrainConfig", "Trainer", "DataStream", "train", "latest_checkpoint"):
+        from workbench.rl import trainer
+
+        return getattr(trainer, name)
     raise AttributeError(f"module 'workbench.rl' has no attribute {name!r}")

@@ -24,8 +24,12 @@ class BM25Search:
     name = "bm25"
 
     def __init__(self, passages: list[Passage], k1: float = 0.9, b: float = 0.4, stopwords: str | None = "en"):
+        import logging
+
         import bm25s
         from bm25s.tokenization import Tokenizer
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG
 
         if not passages:
             raise ValueError("BM25Search needs at least one passage (the corpus is empty)")

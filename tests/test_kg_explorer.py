@@ -1,0 +1,227 @@
+"""The KG explorer on the synthetic world: entity search, k-hop neighbourhoods checked against a
+breadth-first search written here over ``world.triples``, the relation filter, the gold path in the
+figure, the agent's KG searches (scripted DynaSearcher turns), and notebook 03 through papermill."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from widgets.kg_explorer import (
+    GOLD,
+    TripleSet,
+    find_entity,
+    gold_path_recall,
+    gold_triples,
+    kg_explorer,
+    neighbourhood,
+    network_layout,
+)
+from workbench.tools.base import Triple
+
+
+@pytest.fixture(scope="module")
+def kg(world):
+    from workbench.tools.toolbox import world_kg
+
+    return world_kg(world)
+
+
+def bfs(world, start: str, k: int, skip: frozenset[str] = frozenset()) -> set[str]:
+    """Entities within ``k`` undirected hops over ``world.triples`` (relations in ``skip`` not followed)."""
+    adj: dict[str, set[str]] = {}
+    for h, r, t in world.triples:
+        if r not in skip:
+            adj.setdefault(h, set()).add(t)
+            adj.setdefault(t, set()).add(h)
+    seen, frontier = {start}, {start}
+    for _ in range(k):
+        frontier = {n for e in frontier for n in adj.get(e, ())} - seen
+        seen |= frontier
+    return seen
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+def test_search_finds_the_entity_by_name_alias_id_and_typo(world, kg):
+    ex = world.split("dev")[0]
+    anchor = world.entities[ex.meta["anchors"][0]]
+    assert find_entity(kg, anchor.name)[0].id == anchor.id
+    assert find_entity(kg, anchor.name.upper())[0].id == anchor.id
+    assert find_entity(kg, anchor.id)[0].id == anchor.id
+    typo = anchor.name[:3] + anchor.name[4:]  # one letter dropped
+    assert find_entity(kg, typo)[0].id == anchor.id
+    assert find_entity(kg, "zzqx nothing like it") == [] and find_entity(kg, "  ") == []
+    person = next(e for e in world.entities.values() if e.type == "person" and e.aliases)
+    assert person.id in [m.id for m in find_entity(kg, person.aliases[0])]
+
+    box = kg_explorer(world, entity=anchor.name, question="")
+    ex_ = box.explorer
+    assert ex_.neighbourhood.center == anchor.id and anchor.name in ex_.status.value
+    ex_.entity_w.value = person.name  # typing + Enter
+    assert ex_.neighbourhood.center == person.id and ex_.match_w.value == person.id
+    ex_.entity_w.value = "zzqx nothing like it"
+    assert "No entity matches" in ex_.status.value and ex_.neighbourhood.center == person.id
+
+
+@pytest.mark.parametrize("pick", [0, 7, 23])
+def test_k_hop_node_counts_match_a_direct_bfs(world, kg, pick):
+    start = world.split("dev")[pick].meta["anchors"][0]
+    for k in (1, 2):
+        nb = neighbourhood(kg, start, k, max_nodes=10_000)
+        assert set(nb.nodes) == bfs(world, start, k) and len(nb.nodes) == len(set(nb.nodes))
+        assert nb.nodes[0] == start and not nb.truncated
+        assert all(nb.depth[n] <= k for n in nb.nodes)
+        assert all(t.head_id in nb.depth and t.tail_id in nb.depth for t in nb.edges)
+    n1, n2 = (len(neighbourhood(kg, start, k, max_nodes=10_000).nodes) for k in (1, 2))
+    assert n2 > n1 > 1
+
+
+def test_node_cap(world, kg):
+    start = world.split("dev")[0].meta["anchors"][0]
+    full = neighbourhood(kg, start, 3, max_nodes=10_000)
+    capped = neighbourhood(kg, start, 3, max_nodes=12)
+    assert len(full.nodes) > 12 and len(capped.nodes) == 12 and capped.truncated
+    assert capped.nodes == full.nodes[:12]  # the same breadth-first order, cut
+    assert all(t.head_id in capped.depth and t.tail_id in capped.depth for t in capped.edges)
+
+
+def test_relation_filter_removes_the_edges_of_that_relation(world, kg):
+    start = world.split("dev")[0].meta["anchors"][0]
+    nb = neighbourhood(kg, start, 2, max_nodes=10_000)
+    rel, n = Counter(t.relation_id for t in nb.edges).most_common(1)[0]
+    assert n > 0
+    keep = [r for r in world.relations if r != rel]
+    filtered = neighbourhood(kg, start, 2, relations=keep, max_nodes=10_000)
+    assert not any(t.relation_id == rel for t in filtered.edges)
+    assert set(filtered.nodes) == bfs(world, start, 2, frozenset({rel}))
+    assert {(t.head_id, t.relation_id, t.tail_id) for t in filtered.edges} < {
+        (t.head_id, t.relation_id, t.tail_id) for t in nb.edges}
+
+    box = kg_explorer(world, entity=start, hops=2, max_nodes=300, question="")
+    ex = box.explorer
+    assert any(t.relation_id == rel for t in ex.neighbourhood.edges)
+    ex.relations_w.value = tuple(keep)  # unselect one relation in the widget
+    assert not any(t.relation_id == rel for t in ex.neighbourhood.edges)
+    assert len(ex.neighbourhood.nodes) == len(filtered.nodes)
+    assert len(ex.fig.data[0].x) == 3 * len(ex.neighbourhood.edges)  # (x0, x1, None) per edge drawn
+
+
+def test_layout_is_deterministic(world, kg):
+    nb = neighbourhood(kg, world.split("dev")[0].meta["anchors"][0], 2)
+    a, b = network_layout(nb, seed=0), network_layout(nb, seed=0)
+    assert a == b and a[nb.center] == (0.0, 0.0) and set(a) == set(nb.nodes)
+    assert network_layout(nb, seed=1) != a
+
+
+def test_gold_path_edges_are_highlighted(world):
+    ex = next(e for e in world.split("dev") if len(e.kg_path) == 3 and
+              e.kg_path[-1]["tail_id"] not in bfs(world, e.meta["anchors"][0], 1))
+    box = kg_explorer(world, question=ex.id, hops=1)
+    exp = box.explorer
+    gold = gold_triples(ex)
+    assert exp.example is ex or exp.example.id == ex.id
+    assert exp.neighbourhood.center == ex.meta["anchors"][0]
+    # hops=1 cannot reach the path's end, yet the whole path is drawn (its far nodes marked outside)
+    drawn = [t for t in exp.neighbourhood.edges if t in exp.gold]
+    assert len(drawn) == 3 and exp.neighbourhood.depth[gold[-1].tail_id] is None
+    gx, gy = exp.fig.data[2].x, exp.fig.data[2].y  # the gold trace
+    assert len(gx) == 9
+    segs = {(gx[i], gy[i], gx[i + 1], gy[i + 1]) for i in range(0, 9, 3)}
+    pos = exp.positions
+    assert segs == {(*pos[t.head_id], *pos[t.tail_id]) for t in gold}
+    nodes = exp.fig.data[4]
+    gold_nodes = {n for t in gold for n in (t.head_id, t.tail_id)}
+    colours = dict(zip(exp.neighbourhood.nodes, nodes.marker.line.color))
+    assert {n for n, c in colours.items() if c == GOLD} == gold_nodes
+    assert all(t.render() in exp.returned_html.value for t in gold)
+    assert exp.metrics()["gold_path_length"] == 3
+    exp.select_question("")  # no question: nothing is gold
+    assert len(exp.fig.data[2].x) == 0 and GOLD not in nodes.marker.line.color
+
+
+def test_triple_set_matches_by_ids_or_names():
+    s = TripleSet([{"head": "Ostrel", "relation": "country", "tail": "Velmark", "head_id": "Q1", "relation_id": "P17",
+                    "tail_id": "Q2"}])
+    assert Triple("x", "y", "z", "Q1", "P17", "Q2") in s
+    assert Triple("ostrel", "Country", "VELMARK") in s
+    assert Triple("Ostrel", "capital", "Velmark", "Q1", "P36", "Q2") not in s and "Ostrel" not in s
+
+
+# --------------------------------------------------------------------------- the agent's KG searches
+
+
+@pytest.fixture(scope="module")
+def kg_run(world, kg, tokenizer, tmp_path_factory):
+    """DynaSearcher with scripted turns: on the first question it asks the KG for the first gold hop, on
+    the second it answers without searching."""
+    import torch
+
+    from workbench.protocols import get_protocol
+    from workbench.rollout.backends.scripted import ScriptedBackend
+    from workbench.rollout.engine import RolloutConfig, rollout
+    from workbench.runs import Run
+    from workbench.tools.base import Toolbox
+    from workbench.tools.kg import make_kg_tool
+
+    torch.set_num_threads(1)
+    exs = [e for e in world.split("dev") if len(e.kg_path) == 2][:2]
+
+    def script(prompt, turn):
+        ex = next(e for e in exs if e.question in prompt)
+        if turn == 0 and ex is exs[0]:
+            g = ex.kg_path[0]
+            req = {"query": ex.question, "entity": [g["head"]], "relation": [g["relation"]]}
+            return f"<think> look it up </think>\n<search> {json.dumps(req)} </search>"
+        return "<think> done </think>\n<answer> \\boxed{" + ex.answers[0] + "} </answer>"
+
+    tools = Toolbox({"search": lambda query, k=5: [], "kg": make_kg_tool(kg)})
+    trajs = rollout(exs, get_protocol("dynasearcher"), tools, ScriptedBackend(tokenizer, script), RolloutConfig(max_turns=3),
+                    progress=False, meta={"method": "dynasearcher"})
+    run = Run.create(tmp_path_factory.mktemp("kg_runs"), kind="eval", run_id="ds", config={"model": "scripted"})
+    run.write_trajectories(trajs)
+    run.write_examples(exs)
+    return run, exs
+
+
+def test_agent_kg_searches_are_listed_per_question(world, kg_run):
+    run, exs = kg_run
+    rec = gold_path_recall(run.trajectories(), exs).set_index("example_id")
+    assert rec.loc[exs[0].id, "n_kg_calls"] == 1 and rec.loc[exs[0].id, "n_gold_returned"] == 1
+    assert rec.loc[exs[1].id, "n_kg_calls"] == 0 and rec.loc[exs[1].id, "n_gold_returned"] == 0
+    assert not rec["all_returned"].any()  # only the first hop of one path was asked for
+
+    exp = kg_explorer(world, run).explorer
+    assert exp.example.id == exs[0].id  # the run's first question
+    first = gold_triples(exs[0])[0]
+    assert first in exp.returned and gold_triples(exs[0])[1] not in exp.returned
+    h = exp.returned_html.value
+    assert "1 / 2" in h and f"✓ {first.render()}" in h and "1 KG calls" in h
+    # returned non-gold triples of the anchor are drawn in the returned colour
+    assert len(exp.fig.data[1].x) == 3 * sum(1 for t in exp.neighbourhood.edges if t in exp.returned and t not in exp.gold)
+    m = exp.metrics()
+    assert (m["kg_questions"], m["kg_calls"], m["kg_gold_returned_share"]) == (2, 1, 0.0)
+    assert m["kg_gold_triple_recall"] == pytest.approx(0.25)
+    exp.select_question(exs[1].id)
+    assert "No KG searches for this question" in exp.returned_html.value
+
+
+@pytest.mark.slow
+def test_notebook_03_executes(world, kg_run, tmp_path):
+    from workbench.notebooks import execute_notebook
+
+    run, exs = kg_run
+    out = tmp_path / "nb03"
+    execute_notebook("03_kg_explorer", out / "03.ipynb", {"run_dir": str(run.path), "out_dir": str(out), "hops": 1})
+    m = json.loads((out / "metrics.json").read_text())
+    anchor = exs[0].meta["anchors"][0]
+    assert (m["n_entities"], m["n_triples"]) == (len(world.entities), len(world.triples))
+    assert m["entity_id"] == anchor and m["hops"] == 1
+    assert m["neighbourhood_nodes"] == len(bfs(world, anchor, 1)) == m["reach_1"]
+    assert m["gold_path_length"] == 2 and m["kg_calls"] == 1 and m["kg_questions"] == 2
+    assert (out / "neighbourhood.html").exists() and (out / "reach.html").exists()
+    executed = json.loads((out / "03.ipynb").read_text())
+    assert all(not any(o.get("output_type") == "error" for o in c.get("outputs", [])) for c in executed["cells"])

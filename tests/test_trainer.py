@@ -1,0 +1,198 @@
+"""The RL loop on the real default model: presets run, resume equals an uninterrupted run,
+micro-batching does not change the update, reward stages switch, configs fail fast."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.data.example import Example
+from workbench.rewards.rubric import RewardTable
+from workbench.rl.trainer import DataStream, TrainConfig, Trainer, latest_checkpoint
+
+TINY = dict(questions_per_step=2, group_size=2, max_turns=1, max_new_tokens=12, max_total_tokens=1024,
+            temperature=1.0, protocol_kwargs={"observation_mode": "chat", "few_shot": False}, save_every=0,
+            micro_batch_size=2)
+
+
+class LengthReward(Trainer):
+    """The real loop with a reward that always differs inside a group (response length), so that
+    every step has non-zero advantages and moves the adapter."""
+
+    def score(self, features):
+        trajs = self._last_trajs
+        r = np.array([float(t.n_policy_tokens % 5) + 0.1 * t.sample_idx for t in trajs])
+        return RewardTable({"total": r, "length": r}, {}, {"length": 1.0})
+
+    def featurize(self, trajs, examples):
+        self._last_trajs = list(trajs)
+        return super().featurize(trajs, examples)
+
+
+def adapter_state(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.policy.model.named_parameters() if v.requires_grad}
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_config_errors_name_the_field_and_the_fix():
+    with pytest.raises(ValueError, match=r"TrainConfig.group_size.*>= 2"):
+        TrainConfig(group_size=1)
+    with pytest.raises(ValueError, match=r"TrainConfig.reward.*valid: .*dynasearcher"):
+        TrainConfig(reward="nope")
+    with pytest.raises(ValueError, match=r"stage_switch_step.*when_to_search"):
+        TrainConfig(reward="dynasearcher", stage_switch_step=3)
+    with pytest.raises(ValueError, match=r"curriculum"):
+        TrainConfig(curriculum="random")
+    with pytest.raises(ValueError, match=r"unknown TrainConfig field\(s\) \['stepz'\]"):
+        TrainConfig.from_dict({"stepz": 3})
+    with pytest.raises(ValueError, match=r"gamma"):  # preset parameters are validated by the rubric
+        TrainConfig(reward="dynasearcher", reward_params={"gamma": -1.0})
+    with pytest.raises(ValueError, match=r"max_len"):  # an unworkable optimizer mix fails in LossConfig
+        TrainConfig(preset="grpo", loss_overrides={"agg": "seq-mean-token-sum-norm", "max_len": 0})
+
+
+def test_config_file_round_trip_and_derived_loss(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("preset: dr_grpo\nsteps: 7\nreward: when_to_search\nstage_switch_step: 3\n")
+    cfg = TrainConfig.from_file(p, group_size=3)
+    assert (cfg.steps, cfg.group_size, cfg.preset) == (7, 3, "dr_grpo")
+    lc = cfg.loss_config()
+    assert lc.max_len == cfg.max_total_tokens and lc.group_size == 3
+    annealed = TrainConfig(loss_overrides={"kl_coef": 0.1, "kl_coef_end": 0.01}, steps=10).loss_config()
+    assert annealed.kl_coef_at(0) == pytest.approx(0.1) and annealed.kl_coef_at(10) == pytest.approx(0.01)
+
+
+def test_data_stream_curriculum_and_resume():
+    exs = [Example(id=f"q{i}", question=f"q{i}?", answers=["a"], hops=h, sources=["wiki"] * (1 + i % 2))
+           for i, h in enumerate([3, 1, 2, 1, 4, 2, 1, 3])]
+    s = DataStream(exs, seed=1, curriculum="hops")
+    first_epoch = [e.hops for e in s.take(len(exs))]
+    assert first_epoch == sorted(first_epoch)
+    s2 = DataStream(exs, seed=1, curriculum="none")
+    s2.take(5)
+    state = s2.state_dict()
+    rest = [e.id for e in s2.take(7)]  # crosses into epoch 1
+    s3 = DataStream(exs, seed=1, curriculum="none")
+    s3.load_state_dict(state)
+    assert [e.id for e in s3.take(7)] == rest
+    srcs = DataStream(exs, seed=0, curriculum="sources").take(len(exs))
+    assert [len(set(e.sources)) for e in srcs] == sorted(len(set(e.sources)) for e in srcs)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+@pytest.mark.parametrize("preset", ["grpo", "dapo", "gspo", "dspo", "dr_grpo"])
+def test_two_step_smoke_per_preset(preset, tmp_path):
+    cfg = TrainConfig(preset=preset, steps=2, reward="dynasearcher", **TINY)
+    tr = Trainer(cfg, run=tmp_path, progress=False)
+    run = tr.train()
+    rows = [r for r in run.step_metrics() if "reward_mean" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for k in ("reward_mean", "reward_std", "kept_group_share", "searches_per_answer", "response_len",
+                  "tokens_per_s", "time_rollout_s", "time_reward_s", "time_step_s"):
+            assert k in r and r[k] == r[k], k
+        assert "reward_r_acc_mean" in r and "reward_r_penalty_mean" in r  # every component is logged
+        if tr.loss_cfg.dynamic_filter:
+            assert r["filter_rounds"] >= 1
+        if r.get("skipped_update") != 1.0:
+            for k in ("loss", "clip_frac", "kl", "entropy", "grad_norm"):
+                assert k in r, k
+            assert r["optimizer_steps"] >= 1
+    ck = latest_checkpoint(run.path)
+    assert ck is not None and (ck / "adapter_model.safetensors").exists() and (ck / "trainer_state.pt").exists()
+    assert (run.path / "trajectories.parquet").exists() and (run.path / "features.parquet").exists()
+    assert json.loads((run.path / "config.json").read_text())["loss"]["name"] == preset
+
+
+def test_on_policy_first_epoch_has_ratio_one_and_learns(tmp_path):
+    cfg = TrainConfig(preset="grpo", steps=1, reward="dynasearcher", lr=1e-3, **TINY)
+    tr = LengthReward(cfg, run=tmp_path, progress=False)
+    before = adapter_state(tr)
+    row = tr.train_step()
+    assert row["ratio_mean"] == pytest.approx(1.0) and row["clip_frac"] == 0.0
+    assert row["reward_std"] > 0 and row["grad_norm"] > 0
+    after = adapter_state(tr)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resume_gives_the_same_next_step(tmp_path):
+    base = dict(TINY, steps=2, reward="dynasearcher", preset="gspo", lr=1e-3)
+    a = LengthReward(TrainConfig(**{**base, "save_every": 1}), run=tmp_path / "a", progress=False)
+    a.train()
+    rows_a = [r for r in a.run.step_metrics() if "reward_mean" in r]
+
+    b = LengthReward(TrainConfig(**{**base, "steps": 1}), run=tmp_path / "b", progress=False)
+    b.train()
+    b_dir = b.run.path
+    del b
+    # a killed run may have logged past its checkpoint: the resumed run drops that and redoes it
+    with open(b_dir / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "reward_mean": 123.0}) + "\n")
+    r = LengthReward.resume(b_dir, progress=False, steps=2)
+    assert r.step == 1
+    r.train()
+    rows_b = [x for x in r.run.step_metrics() if "reward_mean" in x]
+    assert [x["step"] for x in rows_b] == [1, 2]
+    for k in ("reward_mean", "loss", "grad_norm", "ratio_mean", "response_len", "clip_frac"):
+        assert rows_b[1][k] == pytest.approx(rows_a[1][k], rel=1e-6, abs=1e-9), k
+    sa, sb = adapter_state(a), adapter_state(r)
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        torch.testing.assert_close(sa[k], sb[k], rtol=1e-6, atol=1e-8)
+
+
+def test_micro_batches_do_not_change_the_update(tmp_path):
+    cfg = dict(TINY, steps=1, reward="dynasearcher", preset="dapo", lr=1e-3,
+               loss_overrides={"num_mini_batches": 1, "dynamic_filter": False})
+    t1 = Trainer(TrainConfig(**{**cfg, "micro_batch_size": 1}), run=tmp_path / "a", progress=False)
+    t4 = Trainer(TrainConfig(**{**cfg, "micro_batch_size": 4}), run=tmp_path / "b", progress=False)
+    assert all(torch.equal(x, y) for x, y in zip(adapter_state(t1).values(), adapter_state(t4).values()))
+    for t in (t1, t4):  # plain SGD: the step is -lr·grad (Adam's g/√v would amplify float noise in tiny grads)
+        t.optimizer = torch.optim.SGD(t.policy.trainable_parameters(), lr=1.0)
+    sb = t1.collect(1)
+    adv = np.array([1.0, -1.0, 0.5, -0.5])[: len(sb.trajectories)]
+    sb.advantages = adv
+    s1 = t1.update(t1.build(sb), 1)
+    s4 = t4.update(t4.build(sb), 1)
+    assert s1["loss"] == pytest.approx(s4["loss"], abs=1e-6)
+    assert s1["grad_norm"] == pytest.approx(s4["grad_norm"], rel=1e-4) and s1["grad_norm"] > 0
+    for (k, x), y in zip(adapter_state(t1).items(), adapter_state(t4).values()):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=k)
+    moved = [k for k, v in adapter_state(t1).items() if "lora_B" in k and v.abs().sum() > 0]
+    assert moved, "the update should have moved the adapter (LoRA B starts at 0)"
+
+
+def test_reward_stage_switches_at_the_configured_step(tmp_path):
+    cfg = TrainConfig(reward="when_to_search", stage_switch_step=1, steps=2, preset="grpo", encoder="none", **TINY)
+    tr = Trainer(cfg, run=tmp_path, progress=False)
+    tr.train()
+    rows = [r for r in tr.run.step_metrics() if "reward_mean" in r]
+    assert [r["stage"] for r in rows] == [1, 2]
+    assert tr.current_rubric.params["stage"] == 2
+
+
+@pytest.mark.slow
+def test_training_notebook_runs_and_writes_metrics(tmp_path):
+    from workbench.notebooks import execute_notebook
+
+    out = tmp_path / "nb04"
+    execute_notebook("04_lora_grpo_training", tmp_path / "04.ipynb",
+                     {"steps": 2, "questions_per_step": 2, "group_size": 2, "max_turns": 1, "max_new_tokens": 12,
+                      "eval_limit": 1, "preset": "dspo", "out_dir": str(out)})
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["steps"] == 2 and m["n_step_rows"] == 2
+    assert "eval_cem_before" in m and "eval_cem_after" in m
+    assert (out / "training_curves.html").exists() and (out / "phase_times.html").exists()
+    run_dir = m["run_dir"]
+    resumed = tmp_path / "resumed"
+    execute_notebook("04_lora_grpo_training", tmp_path / "04b.ipynb",
+                     {"steps": 3, "resume_dir": run_dir, "out_dir": str(resumed)})
+    m2 = json.loads((resumed / "metrics.json").read_text())
+    assert m2["steps"] == 3 and m2["checkpoint"] == "step_000003"

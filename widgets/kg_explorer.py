@@ -1,0 +1,635 @@
+"""KG explorer (ipywidgets + plotly): search an entity, draw its k-hop neighbourhood, filter relations,
+and for a question show its gold path and the triples the agent's KG searches returned.
+
+Views only: entity matching and 1-hop triples come from :class:`workbench.tools.kg.KnowledgeGraph`
+(``world_kg(world)`` for the synthetic world), trajectories and examples from ``workbench.runs``.
+The pieces a test checks are plain functions: :func:`neighbourhood` (a breadth-first walk over
+``KnowledgeGraph.triples_of``), :func:`gold_triples`, :func:`kg_calls`, :func:`gold_path_recall`
+and :func:`network_layout` (networkx's spring layout with a fixed seed, so a figure is the same
+on every run).
+
+    >>> box = kg_explorer(load_world(), run, entity="Shadows over Gerndo", hops=2)  # doctest: +SKIP
+    >>> box.explorer.neighbourhood.nodes[:3]                                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import ipywidgets as W
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from workbench.data.example import Example
+from workbench.tools.base import ToolCall, Triple
+from workbench.tools.kg import EntityMatch, KnowledgeGraph, normalize_name
+from workbench.trajectory import Trajectory
+
+#: Node colours by distance from the centre (0, 1, 2, 3 hops); grey = outside (a gold node added to the view).
+HOP_COLOURS = ("#1f3b73", "#4a7bd0", "#8fb3e8", "#c9dbf5")
+OUTSIDE_COLOUR = "#bdbdbd"
+GOLD, RETURNED, EDGE = "#d62728", "#ff9f1c", "#b0b0b0"
+MAX_HOPS = 3
+
+
+# ----------------------------------------------------------------------------- graph access
+
+
+def as_kg(world_or_kg: Any) -> KnowledgeGraph:
+    """A :class:`KnowledgeGraph` from a KnowledgeGraph or a synthetic world (``world_kg``)."""
+    if isinstance(world_or_kg, KnowledgeGraph):
+        return world_or_kg
+    if hasattr(world_or_kg, "triples") and hasattr(world_or_kg, "entities"):
+        from workbench.tools.toolbox import world_kg
+
+        return world_kg(world_or_kg)
+    raise TypeError(f"kg_explorer needs a World or a KnowledgeGraph, got {type(world_or_kg).__name__}")
+
+
+def find_entity(kg: KnowledgeGraph, text: str) -> list[EntityMatch]:
+    """Entities for a typed name or id: exact alias / id matches, else fuzzy ones (best first)."""
+    text = str(text or "").strip()
+    return kg.match_entity(text) if text else []
+
+
+def _triple(d: Triple | Mapping[str, Any]) -> Triple:
+    if isinstance(d, Triple):
+        return d
+    return Triple(**{k: str(d.get(k) or "") for k in ("head", "relation", "tail", "head_id", "relation_id", "tail_id")})
+
+
+class TripleSet:
+    """Triples compared by ids when both sides have all three, else by normalized names.
+
+    >>> s = TripleSet([{"head": "Ostrel", "relation": "country", "tail": "Velmark"}])
+    >>> Triple("ostrel", "Country", "VELMARK", "Q1", "P17", "Q2") in s
+    True
+    """
+
+    def __init__(self, triples: Iterable[Triple | Mapping[str, Any]] = ()):
+        self.triples: list[Triple] = []
+        self._ids: set[tuple[str, str, str]] = set()
+        self._names: set[tuple[str, str, str]] = set()
+        for t in triples:
+            self.add(_triple(t))
+
+    @staticmethod
+    def _keys(t: Triple) -> tuple[tuple[str, str, str] | None, tuple[str, str, str]]:
+        ids = (t.head_id, t.relation_id, t.tail_id)
+        return (ids if all(ids) else None), (normalize_name(t.head), normalize_name(t.relation), normalize_name(t.tail))
+
+    def add(self, t: Triple) -> None:
+        if t in self:
+            return
+        ids, names = self._keys(t)
+        self.triples.append(t)
+        if ids:
+            self._ids.add(ids)
+        self._names.add(names)
+
+    def __contains__(self, t: object) -> bool:
+        if not isinstance(t, Triple):
+            return False
+        ids, names = self._keys(t)
+        return (ids is not None and ids in self._ids) or names in self._names
+
+    def __len__(self) -> int:
+        return len(self.triples)
+
+    def __iter__(self):
+        return iter(self.triples)
+
+
+def _resolve(kg: KnowledgeGraph, entity_id: str, name: str) -> str | None:
+    """An entity id of the graph for an id (when known) or else an exact name match."""
+    if entity_id and kg.entity_index(entity_id) is not None:
+        return entity_id
+    ms = kg.match_entity(name, fuzzy=False) if name else []
+    return ms[0].id if ms else None
+
+
+# ----------------------------------------------------------------------------- neighbourhood (pure)
+
+
+@dataclass
+class Neighbourhood:
+    """The k-hop neighbourhood of one entity.
+
+    ``nodes``: entity ids in breadth-first order (the centre first); ``depth``: hops from the
+    centre (None for a node outside the k hops that was added to show a gold path); ``edges``:
+    every triple followed from a node closer than k hops (so edges among the outermost nodes are
+    not drawn), each once; ``truncated``: the node cap stopped the walk.
+    """
+
+    center: str
+    hops: int
+    nodes: list[str]
+    depth: dict[str, int | None]
+    edges: list[Triple]
+    truncated: bool = False
+    names: dict[str, str] = field(default_factory=dict)
+    aliases: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _key(t: Triple) -> tuple[str, str, str]:
+    return (t.head_id, t.relation_id, t.tail_id)
+
+
+def neighbourhood(
+    kg: KnowledgeGraph,
+    entity_id: str,
+    hops: int = 2,
+    relations: Iterable[str] | None = None,
+    max_nodes: int = 60,
+    include: Iterable[Triple | Mapping[str, Any]] = (),
+) -> Neighbourhood:
+    """Breadth-first walk from ``entity_id`` over triples in both directions, at most ``hops`` deep.
+
+    Args:
+        relations: relation ids (or display names) to follow; None = all. Other relations are
+            neither followed nor drawn.
+        max_nodes: the walk adds no node beyond this many (edges to skipped nodes are dropped).
+        include: triples always drawn, with their end nodes, whatever the filters and cap (a gold
+            path); those resolving to no entity of the graph are skipped.
+    """
+    if not 0 <= int(hops) <= MAX_HOPS:
+        raise ValueError(f"hops must be in 0..{MAX_HOPS}, got {hops}")
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
+    if kg.entity_index(entity_id) is None:
+        raise KeyError(f"no entity {entity_id!r} in the graph")
+    allowed = None if relations is None else set(relations)
+    depth: dict[str, int | None] = {entity_id: 0}
+    order, edges, truncated = [entity_id], {}, False
+    frontier = [entity_id]
+    for d in range(int(hops)):
+        nxt = []
+        for e in frontier:
+            for t in kg.triples_of(e):
+                if allowed is not None and t.relation_id not in allowed and t.relation not in allowed:
+                    continue
+                other = t.tail_id if t.head_id == e else t.head_id
+                if other not in depth:
+                    if len(order) >= max_nodes:
+                        truncated = True
+                        continue
+                    depth[other] = d + 1
+                    order.append(other)
+                    nxt.append(other)
+                edges.setdefault(_key(t), t)
+        frontier = nxt
+    for raw in include:
+        t = _triple(raw)
+        h, tl = _resolve(kg, t.head_id, t.head), _resolve(kg, t.tail_id, t.tail)
+        if h is None or tl is None:
+            continue
+        for e in (h, tl):
+            if e not in depth:
+                depth[e] = None
+                order.append(e)
+        edge = _find_edge(kg, h, t, tl)
+        edges.setdefault(_key(edge), edge)
+    names, aliases = {}, {}
+    for e in order:
+        i = kg.entity_index(e)
+        al = kg.entity_aliases(i)
+        names[e], aliases[e] = al[0], al[1:]
+    return Neighbourhood(entity_id, int(hops), order, depth, list(edges.values()), truncated, names, aliases)
+
+
+def _find_edge(kg: KnowledgeGraph, h: str, t: Triple, tl: str) -> Triple:
+    """The graph's triple ``h -relation-> tl`` (relation by id or name), else one made from ``t``'s relation."""
+    rel = normalize_name(t.relation)
+    for x in kg.triples_of(h, "out"):
+        if x.tail_id == tl and (x.relation_id == t.relation_id or normalize_name(x.relation) == rel):
+            return x
+    name = {e: kg.entity_name(kg.entity_index(e)) for e in (h, tl)}
+    return Triple(name[h], t.relation, name[tl], h, t.relation_id or t.relation, tl)
+
+
+def network_layout(nb: Neighbourhood, seed: int = 0, iterations: int = 100) -> dict[str, tuple[float, float]]:
+    """Node positions: networkx's spring layout, seeded, the centre pinned at the origin (deterministic)."""
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(nb.nodes)
+    g.add_edges_from((t.head_id, t.tail_id) for t in nb.edges if t.head_id != t.tail_id)
+    if len(nb.nodes) == 1:
+        return {nb.center: (0.0, 0.0)}
+    pos = nx.spring_layout(g, seed=seed, iterations=iterations, pos={nb.center: (0.0, 0.0)}, fixed=[nb.center])
+    return {n: (float(p[0]), float(p[1])) for n, p in pos.items()}
+
+
+# ----------------------------------------------------------------------------- questions and agent searches (pure)
+
+
+def gold_triples(example: Example) -> list[Triple]:
+    """The example's gold KG path as triples (``kg_path`` dicts: head, relation, tail and ids)."""
+    return [_triple(d) for d in example.kg_path or []]
+
+
+def anchor_of(example: Example) -> tuple[str, str]:
+    """``(id, name)`` of where the question starts: ``meta["anchors"][0]``, else the first gold head."""
+    anchors = (example.meta or {}).get("anchors") or []
+    path = example.kg_path or []
+    first = path[0] if path else {}
+    if anchors:
+        aid = str(anchors[0])
+        name = next((d.get("head", "") for d in path if d.get("head_id") == aid), "")
+        return aid, name
+    return str(first.get("head_id") or ""), str(first.get("head") or "")
+
+
+def kg_calls(traj: Trajectory) -> list[ToolCall]:
+    """The trajectory's knowledge-graph tool calls (tool name ``kg``)."""
+    return [c for c in traj.tool_calls if c.name == "kg"]
+
+
+def returned_triples(trajs: Iterable[Trajectory]) -> TripleSet:
+    """Every triple that a KG search of these trajectories returned."""
+    out = TripleSet()
+    for t in trajs:
+        for c in kg_calls(t):
+            for x in c.triples():
+                out.add(x)
+    return out
+
+
+def gold_path_recall(trajs: Sequence[Trajectory], examples: Iterable[Example]) -> pd.DataFrame:
+    """Per question with a gold path and at least one trajectory: how much of the path the agent's KG searches returned.
+
+    Columns: ``example_id``, ``n_trajectories``, ``n_kg_calls``, ``n_gold``, ``n_gold_returned``
+    (gold triples among everything returned for the question, over all its trajectories),
+    ``all_returned`` (every gold triple was returned).
+    """
+    by_ex: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        by_ex.setdefault(t.example_id, []).append(t)
+    rows = []
+    for ex in examples:
+        gold = gold_triples(ex)
+        ts = by_ex.get(ex.id, [])
+        if not gold or not ts:
+            continue
+        got = returned_triples(ts)
+        n_ret = sum(g in got for g in gold)
+        rows.append({"example_id": ex.id, "n_trajectories": len(ts), "n_kg_calls": sum(len(kg_calls(t)) for t in ts),
+                     "n_gold": len(gold), "n_gold_returned": n_ret, "all_returned": n_ret == len(gold)})
+    cols = ["example_id", "n_trajectories", "n_kg_calls", "n_gold", "n_gold_returned", "all_returned"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _edge_xy(edges: Sequence[Triple], pos: Mapping[str, tuple[float, float]]) -> tuple[list, list]:
+    xs, ys = [], []
+    for t in edges:
+        (x0, y0), (x1, y1) = pos[t.head_id], pos[t.tail_id]
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    return xs, ys
+
+
+def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], gold: TripleSet | None = None,
+                   returned: TripleSet | None = None, max_labels: int = 40) -> list[dict[str, Any]]:
+    """Data of the five traces (edges, returned edges, gold edges, edge hover points, nodes), in that order."""
+    gold, returned = gold or TripleSet(), returned or TripleSet()
+    gold_e = [t for t in nb.edges if t in gold]
+    ret_e = [t for t in nb.edges if t in returned and t not in gold]
+    plain = [t for t in nb.edges if t not in gold and t not in returned]
+    gold_nodes = {n for t in gold_e for n in (t.head_id, t.tail_id)}
+    mid_x = [(pos[t.head_id][0] + pos[t.tail_id][0]) / 2 for t in nb.edges]
+    mid_y = [(pos[t.head_id][1] + pos[t.tail_id][1]) / 2 for t in nb.edges]
+    mid_text = [f"{html.escape(t.head)} — <b>{html.escape(t.relation)}</b> → {html.escape(t.tail)}"
+                + (" · <b>gold path</b>" if t in gold else "") + (" · returned by the agent" if t in returned else "")
+                for t in nb.edges]
+
+    def hover(n: str) -> str:
+        d = nb.depth.get(n)
+        where = "centre" if d == 0 else (f"{d} hop{'s' if d != 1 else ''}" if d is not None else "outside the k hops")
+        al = ", ".join(html.escape(a) for a in nb.aliases.get(n, [])[:8]) or "–"
+        return f"<b>{html.escape(nb.names.get(n, n))}</b><br>{html.escape(n)} · {where}<br>aliases: {al}"
+
+    nodes = nb.nodes
+    return [
+        dict(zip(("x", "y"), _edge_xy(plain, pos))),
+        dict(zip(("x", "y"), _edge_xy(ret_e, pos))),
+        dict(zip(("x", "y"), _edge_xy(gold_e, pos))),
+        {"x": mid_x, "y": mid_y, "hovertext": mid_text},
+        {
+            "x": [pos[n][0] for n in nodes], "y": [pos[n][1] for n in nodes],
+            "text": [nb.names.get(n, n)[:24] if len(nodes) <= max_labels else "" for n in nodes],
+            "hovertext": [hover(n) for n in nodes],
+            "marker": {
+                "color": [OUTSIDE_COLOUR if nb.depth.get(n) is None else HOP_COLOURS[min(nb.depth[n], 3)] for n in nodes],
+                "size": [18 if n == nb.center else 11 for n in nodes],
+                "symbol": ["star" if n == nb.center else "circle" for n in nodes],
+                "line": {"color": [GOLD if n in gold_nodes else "#ffffff" for n in nodes],
+                         "width": [3 if n in gold_nodes else 1 for n in nodes]},
+            },
+        },
+    ]
+
+
+def network_figure(widget: bool = True) -> go.Figure:
+    """An empty network figure with its five traces (fill it with :func:`update_network`)."""
+    fig = (go.FigureWidget if widget else go.Figure)()
+    fig.add_scatter(mode="lines", line={"color": EDGE, "width": 1}, hoverinfo="skip", name="edges")
+    fig.add_scatter(mode="lines", line={"color": RETURNED, "width": 3}, hoverinfo="skip", name="returned by the agent")
+    fig.add_scatter(mode="lines", line={"color": GOLD, "width": 4}, hoverinfo="skip", name="gold path")
+    fig.add_scatter(mode="markers", marker={"size": 7, "color": "rgba(0,0,0,0.05)"}, hoverinfo="text",
+                    name="relations", showlegend=False)
+    fig.add_scatter(mode="markers+text", textposition="top center", textfont={"size": 9}, hoverinfo="text",
+                    name="entities", showlegend=False)
+    fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 10}, plot_bgcolor="white",
+                      xaxis={"visible": False}, yaxis={"visible": False, "scaleanchor": "x"},
+                      legend={"orientation": "h", "y": -0.02}, hoverlabel={"align": "left"})
+    return fig
+
+
+def update_network(fig: go.Figure, nb: Neighbourhood, pos: Mapping[str, tuple[float, float]],
+                   gold: TripleSet | None = None, returned: TripleSet | None = None, title: str = "") -> None:
+    traces = network_traces(nb, pos, gold, returned)
+    with fig.batch_update() if isinstance(fig, go.FigureWidget) else nullcontext():
+        for tr, data in zip(fig.data, traces):
+            tr.update(**data)
+        fig.layout.title = title
+
+
+def reach_counts(kg: KnowledgeGraph, entity_id: str, relations: Iterable[str] | None = None,
+                 cap: int = 10_000) -> dict[int, int]:
+    """Entities within k hops for k = 1..3 (the walk stops at ``cap`` entities)."""
+    rel = None if relations is None else list(relations)
+    return {k: len(neighbourhood(kg, entity_id, k, rel, max_nodes=cap).nodes) for k in range(1, MAX_HOPS + 1)}
+
+
+def reach_figure(counts: Mapping[int, int], name: str = "") -> go.Figure:
+    fig = go.Figure(go.Bar(x=[f"{k} hop{'s' if k > 1 else ''}" for k in counts], y=list(counts.values()),
+                           text=list(counts.values()), textposition="outside", marker_color=HOP_COLOURS[1]))
+    fig.update_layout(title=f"Entities within k hops of {name}", yaxis_title="entities", height=320)
+    return fig
+
+
+# ----------------------------------------------------------------------------- html
+
+
+def returned_html(example: Example | None, trajs: Sequence[Trajectory], gold: TripleSet, has_run: bool,
+                  max_triples: int = 15) -> str:
+    """The gold path and, per KG call of the question's trajectories, what it returned (gold marked)."""
+    if example is None:
+        return "<i>Pick a question to see its gold path and the agent's KG searches.</i>"
+    parts = [f"<div style='font-family:sans-serif'><b>{html.escape(example.id)}</b>: {html.escape(example.question)}"
+             f" · answer <code>{html.escape(', '.join(example.answers[:2]))}</code></div>"]
+    if gold:
+        path = "<br>".join(f"<span style='color:{GOLD}'>{html.escape(t.render())}</span>" for t in gold)
+        parts.append(f"<div style='font-family:monospace;font-size:12px;margin:4px 0'>gold path:<br>{path}</div>")
+    else:
+        parts.append("<div><i>This question has no gold KG path.</i></div>")
+    if not has_run:
+        parts.append("<div><i>No run given: pass run= to see what the agent's KG searches returned.</i></div>")
+        return "".join(parts)
+    calls = [(t, c) for t in trajs for c in kg_calls(t)]
+    if not calls:
+        methods = sorted({t.meta.get("method", t.protocol) for t in trajs}) or ["none"]
+        parts.append(f"<div><i>No KG searches for this question in the run ({len(trajs)} trajectories; "
+                     f"methods: {html.escape(', '.join(methods))}).</i></div>")
+        return "".join(parts)
+    got = returned_triples(trajs)
+    n_ret = sum(g in got for g in gold)
+    parts.append(f"<div style='font-family:sans-serif'>gold triples returned by the agent's KG searches: "
+                 f"<b>{n_ret} / {len(gold)}</b> ({len(calls)} KG calls in {len(trajs)} trajectories)</div>")
+    for t, c in calls:
+        req = ", ".join(map(str, c.args.get("entities") or c.args.get("entity") or []))
+        rels = ", ".join(map(str, c.args.get("relations") or c.args.get("relation") or []))
+        triples = c.triples()
+        lines = "".join(
+            f"<div style='{'color:' + GOLD + ';font-weight:bold' if x in gold else ''}'>"
+            f"{'✓ ' if x in gold else ''}{html.escape(x.render())}</div>" for x in triples[:max_triples])
+        more = f"<div><i>… {len(triples) - max_triples} more</i></div>" if len(triples) > max_triples else ""
+        err = f" <span style='color:#b00'>error: {html.escape(str(c.error))}</span>" if c.error else ""
+        parts.append(
+            f"<div style='border-left:3px solid {RETURNED};padding:2px 8px;margin:6px 0;font-size:12px'>"
+            f"<div style='font-family:sans-serif'>{html.escape(t.id)} · {html.escape(str(t.meta.get('method', t.protocol)))}"
+            f" · entities <code>{html.escape(req)}</code> relations <code>{html.escape(rels)}</code> · "
+            f"{len(triples)} triples{err}</div><div style='font-family:monospace'>{lines}{more}</div></div>")
+    return "".join(parts)
+
+
+# ----------------------------------------------------------------------------- the widget
+
+
+class KGExplorer:
+    """State and widgets of the explorer; :func:`kg_explorer` returns its ``box``."""
+
+    def __init__(self, kg: KnowledgeGraph, run: Any = None, examples: Sequence[Example] = (), entity: str = "",
+                 question: str | None = None, hops: int = 2, max_nodes: int = 60, seed: int = 0):
+        self.kg, self.run, self.seed = kg, run, seed
+        self.examples = {e.id: e for e in examples if e.kg_path}
+        self.trajectories = run.trajectories() if run is not None else []
+        self._by_example: dict[str, list[Trajectory]] = {}
+        for t in self.trajectories:
+            self._by_example.setdefault(t.example_id, []).append(t)
+        self.example: Example | None = None
+        self.gold, self.returned = TripleSet(), TripleSet()
+        self.matches: list[EntityMatch] = []
+        self.neighbourhood: Neighbourhood | None = None
+        self.positions: dict[str, tuple[float, float]] = {}
+
+        style = {"description_width": "70px"}
+        self.entity_w = W.Text(description="entity", placeholder="name, alias or id (Enter)", continuous_update=False,
+                               style=style, layout=W.Layout(width="360px"))
+        self.match_w = W.Dropdown(options=[], description="matches", style=style, layout=W.Layout(width="360px"))
+        self.hops_w = W.IntSlider(value=hops, min=1, max=MAX_HOPS, description="hops", continuous_update=False,
+                                  style=style)
+        self.cap_w = W.IntSlider(value=max_nodes, min=5, max=max(300, max_nodes), step=5, description="max nodes",
+                                 continuous_update=False, style=style)
+        rel = sorted(zip(kg.relation_names, kg.relation_ids), key=lambda p: p[0].lower())
+        self.relations_w = W.SelectMultiple(options=rel, value=[r for _, r in rel], description="relations", rows=8,
+                                            style=style, layout=W.Layout(width="360px"))
+        q_opts = [("(no question)", "")] + [(f"{e.id} · {e.question[:80]}", e.id) for e in self.examples.values()]
+        self.question_w = W.Dropdown(options=q_opts, value="", description="question", style=style,
+                                     layout=W.Layout(width="720px"))
+        self.status = W.HTML()
+        self.returned_html = W.HTML()
+        self.fig = network_figure(widget=True)
+
+        self._lock = False
+        self.entity_w.observe(lambda ch: self.search(ch["new"]), names="value")
+        self.match_w.observe(lambda _: self.refresh(), names="value")
+        for w in (self.hops_w, self.cap_w, self.relations_w):
+            w.observe(lambda _: self.refresh(), names="value")
+        self.question_w.observe(lambda ch: self.select_question(ch["new"]), names="value")
+
+        if question is None:  # default: the first question (or the first whose gold path touches the entity)
+            question = self._question_for(entity)
+        if question:
+            self.select_question(question, recentre=not entity)
+        if entity or self.neighbourhood is None:
+            self.search(entity or self._fallback_entity())
+        controls = W.VBox([
+            W.HBox([self.entity_w, self.match_w]),
+            W.HBox([W.VBox([self.hops_w, self.cap_w]), self.relations_w]),
+            self.question_w, self.status,
+        ])
+        self.box = W.VBox([controls, self.fig, self.returned_html])
+
+    # ---------------------------------------------------------------- choices
+    def _fallback_entity(self) -> str:
+        return self.kg.entity_ids[int(np.argmax(self.kg.degree(np.arange(self.kg.num_entities))))]
+
+    def _question_for(self, entity: str) -> str:
+        if not entity:
+            return next(iter(self.examples), "")
+        ms = find_entity(self.kg, entity)
+        if not ms:
+            return ""
+        eid = ms[0].id
+        return next((e.id for e in self.examples.values()
+                     if any(eid in (d.get("head_id"), d.get("tail_id")) for d in e.kg_path)), "")
+
+    def search(self, text: str, label: str = "") -> list[EntityMatch]:
+        """Match ``text`` against entity names, aliases and ids; centre the view on the best match.
+
+        ``label``: what the text box shows (default ``text``)."""
+        if self._lock:
+            return self.matches
+        self.matches = find_entity(self.kg, text)
+        self._lock = True
+        try:
+            self.entity_w.value = label or text
+            self.match_w.options = [(f"{m.name} ({m.id}, {'exact' if m.exact else f'{m.score:.0f}'})", m.id)
+                                    for m in self.matches]
+            self.match_w.value = self.matches[0].id if self.matches else None
+        finally:
+            self._lock = False
+        if not self.matches:
+            self.status.value = f"<span style='color:#b00'>No entity matches {html.escape(str(text))!r}.</span>"
+            return []
+        self.refresh()
+        return self.matches
+
+    def select_question(self, example_id: str, recentre: bool = True) -> Example | None:
+        """Show a question's gold path (and the agent's KG searches for it); centre on its anchor."""
+        if self._lock:
+            return self.example
+        self.example = self.examples.get(example_id) if example_id else None
+        self.gold = TripleSet(gold_triples(self.example)) if self.example else TripleSet()
+        trajs = self._by_example.get(example_id, []) if example_id else []
+        self.returned = returned_triples(trajs)
+        self._lock = True
+        try:
+            self.question_w.value = example_id if self.example else ""
+        finally:
+            self._lock = False
+        self.returned_html.value = returned_html(self.example, trajs, self.gold, self.run is not None)
+        if self.example and recentre:
+            aid, name = anchor_of(self.example)
+            self.search(aid or name, label=name)
+        elif self.neighbourhood is not None:
+            self.refresh()
+        return self.example
+
+    # ---------------------------------------------------------------- drawing
+    def relations(self) -> list[str] | None:
+        chosen = list(self.relations_w.value)
+        return None if len(chosen) == len(self.relations_w.options) else chosen
+
+    def refresh(self) -> Neighbourhood | None:
+        if self._lock or self.match_w.value is None:
+            return None
+        nb = neighbourhood(self.kg, self.match_w.value, self.hops_w.value, self.relations(), self.cap_w.value,
+                           include=self.gold)
+        self.neighbourhood, self.positions = nb, network_layout(nb, self.seed)
+        name = nb.names[nb.center]
+        update_network(self.fig, nb, self.positions, self.gold, self.returned,
+                       title=f"{name}: {self.hops_w.value}-hop neighbourhood")
+        cut = " (node cap reached: raise <i>max nodes</i> to see more)" if nb.truncated else ""
+        in_view = sum(t in self.gold for t in nb.edges)
+        gold = f" · gold path {in_view}/{len(self.gold)} edges drawn" if self.gold else ""
+        self.status.value = (f"<b>{html.escape(name)}</b> ({html.escape(nb.center)}): {len(nb.nodes)} entities, "
+                             f"{len(nb.edges)} triples{cut}{gold}")
+        return nb
+
+    # ---------------------------------------------------------------- numbers for metrics.json
+    def recall_table(self) -> pd.DataFrame:
+        """Per question of the run: how much of its gold path the agent's KG searches returned (:func:`gold_path_recall`)."""
+        return gold_path_recall(self.trajectories, self.examples.values())
+
+    def reach_figure(self) -> go.Figure:
+        """Entities within 1, 2 and 3 hops of the current centre (with the current relation filter)."""
+        c = self.neighbourhood.center if self.neighbourhood else self._fallback_entity()
+        return reach_figure(reach_counts(self.kg, c, self.relations()), self.kg.entity_name(self.kg.entity_index(c)))
+
+    def metrics(self) -> dict[str, Any]:
+        """What notebook 03 writes to ``metrics.json``."""
+        out: dict[str, Any] = {
+            "n_entities": int(self.kg.num_entities), "n_relations": int(self.kg.num_relations),
+            "n_triples": int(self.kg.num_triples),
+        }
+        nb = None
+        if self.neighbourhood is not None:  # the walk alone, without the gold path added to the view
+            c = self.neighbourhood.center
+            nb = neighbourhood(self.kg, c, self.hops_w.value, self.relations(), self.cap_w.value)
+            out.update({
+                "entity_id": c, "entity": nb.names[c], "hops": nb.hops,
+                "neighbourhood_nodes": len(nb.nodes), "neighbourhood_edges": len(nb.edges),
+                "neighbourhood_truncated": bool(nb.truncated),
+                **{f"reach_{k}": v for k, v in reach_counts(self.kg, c, self.relations()).items()},
+            })
+        if self.example is not None:
+            out.update({"question_id": self.example.id, "gold_path_length": len(self.gold),
+                        "gold_in_neighbourhood": sum(t in self.gold for t in nb.edges) if nb else 0})
+        if self.run is not None:
+            rec = self.recall_table()
+            out.update({
+                "kg_questions": int(len(rec)), "kg_calls": int(sum(len(kg_calls(t)) for t in self.trajectories)),
+                "kg_gold_returned_share": float(rec["all_returned"].mean()) if len(rec) else 0.0,
+                "kg_gold_triple_recall": float((rec["n_gold_returned"] / rec["n_gold"]).mean()) if len(rec) else 0.0,
+            })
+        return out
+
+
+def kg_explorer(
+    world_or_kg: Any,
+    run: Any = None,
+    entity: str = "",
+    hops: int = 2,
+    max_nodes: int = 60,
+    question: str | None = None,
+    examples: Sequence[Example] | None = None,
+    seed: int = 0,
+) -> W.VBox:
+    """Search an entity, see its k-hop neighbourhood, and a question's gold path vs the agent's KG searches.
+
+    Args:
+        world_or_kg: a synthetic :class:`~workbench.data.world.World` or a ``KnowledgeGraph``.
+        run: optional Run or run directory whose trajectories' KG searches are shown per question.
+        entity: name, alias or id to start from; empty: the anchor of the first question.
+        hops, max_nodes: initial k (1-3) and node cap.
+        question: example id to show first; None: the first question (or the first whose gold path
+            touches ``entity``); "": none.
+        examples: the questions to pick from (default: the run's examples, else the world's dev split).
+        seed: layout seed.
+
+    Returns a VBox; ``box.explorer`` is the :class:`KGExplorer` (widgets, current neighbourhood, metrics).
+    """
+    from workbench.runs import open_run
+
+    kg = as_kg(world_or_kg)
+    run = open_run(run) if run is not None and run != "" else None
+    if examples is None:
+        if run is not None and run.exists("examples.jsonl"):
+            examples = run.examples()
+        elif hasattr(world_or_kg, "split"):
+            examples = world_or_kg.split("dev")
+        else:
+            examples = []
+    ex = KGExplorer(kg, run, examples, entity, question, hops, max_nodes, seed)
+    ex.box.explorer = ex
+    return ex.box
