@@ -760,8 +760,10 @@ class Trainer:
         self.run.append_step_metrics(row)
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, limit: int | None = None) -> dict[str, float]:
-        """Greedy rollouts on the held-out questions: mean reward (current rubric), EM, cover-EM, F1."""
+    def evaluate(self, limit: int | None = None, save: bool = True) -> dict[str, float]:
+        """Greedy rollouts on the held-out questions: mean reward (current rubric), EM, cover-EM, F1.
+
+        ``save``: write the trajectories to ``eval/<step>.trajectories.parquet`` in the run."""
         exs = self.eval_examples[: limit] if limit else self.eval_examples
         if not exs:
             return {}
@@ -782,7 +784,7 @@ class Trainer:
             vals = self._sum([out[k] * (len(exs) if k != "eval_n" else 1) for k in keys])
             n = self._sum([len(exs)])[0]
             out = {k: (v if k == "eval_n" else v / max(1, n)) for k, v in zip(keys, vals)}
-        if self.rank == 0:
+        if self.rank == 0 and save:
             d = self.run.path / "eval"
             d.mkdir(exist_ok=True)
             save_trajectories(trajs, d / f"{self.step:06d}.trajectories.parquet")
