@@ -1,7 +1,7 @@
 """Wall time of `workbench regress` on the default suite (notebooks/regress.yaml).
 
 Runs the suite once into a temporary folder (baselines are read, never written) and prints
-one table: the setup fixtures, each case, and the whole run. Results: bench/results_workbench.md.
+one table: the setup fixtures, each case, and the whole run. Results: bench/RESULTS.md.
 
     .venv/bin/python bench/bench_regress.py [--jobs N] [--cell-timeout S]
 """

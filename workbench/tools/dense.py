@@ -376,7 +376,7 @@ class DenseSearch(_DenseBase):
     ``embeddings``: precomputed passage vectors (e.g. for benchmarks); they join the key.
     ``hnsw``: chroma HNSW settings (``ef_search``, ``max_neighbors``, ``ef_construction``; chroma's
     defaults 100, 16, 100); they join the key. On 100k isotropic random vectors the defaults give
-    low recall@10 (``bench/results_retrieval.md``); raise ``ef_search`` for large corpora.
+    low recall@10 (``bench/RESULTS.md``); raise ``ef_search`` for large corpora.
     """
 
     def __init__(
