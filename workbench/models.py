@@ -175,7 +175,7 @@ def load_tokenizer(name_or_path: str | os.PathLike | None = None):
 
     path = resolve_model_path(name_or_path)
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)  # never downloads
     except OSError as e:
         raise _hub_hint(str(name_or_path), e) from e
     tok.padding_side = "left"
@@ -197,7 +197,7 @@ def load_policy(name_or_path: str | os.PathLike | None = DEFAULT_MODEL, device: 
     path = resolve_model_path(name_or_path)
     tok = load_tokenizer(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
     except OSError as e:
         raise _hub_hint(str(name_or_path), e) from e
     model.to(device)
