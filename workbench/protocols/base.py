@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from workbench.tools.base import Toolbox, ToolCall
+from workbench.tools.base import Hit, Toolbox, ToolCall, render_passages
 
 if TYPE_CHECKING:
     from workbench.data.example import Example
@@ -405,6 +405,30 @@ class Protocol:
             "n_invalid": traj.n_invalid,
             "format_ok": bool(actions) and traj.n_invalid == 0 and actions[-1].get("kind") == ANSWER,
         }
+
+
+class PassageSearchProtocol(Protocol):
+    """A protocol whose only tool is ``search``: a search action becomes one ``search`` call, its
+    passages rendered in ``<observation_tag>`` (``passage_style`` of ``render_passages``); any
+    other action gets ``invalid_message``. Subclasses set the three class attributes."""
+
+    observation_tag: ClassVar[str] = "information"
+    passage_style: ClassVar[str] = "doc"
+    invalid_message: ClassVar[str] = ""
+
+    def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
+        if action.kind != SEARCH:
+            return self.invalid_observation(action)
+        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
+        return Observation(self.render(call.hits() if call.ok else f"Search failed: {call.error}"), [call])
+
+    def render(self, hits: list[Hit] | str) -> str:
+        """Passages (or an error text) wrapped in ``<observation_tag>``, capped at ``max_obs_chars``."""
+        body = hits if isinstance(hits, str) else render_passages(hits, self.passage_style, self.max_chars_per_hit)
+        return wrap_observation(self.observation_tag, body or "No results.", self.max_obs_chars)
+
+    def invalid_observation(self, action: Action) -> Observation:
+        return Observation(self.invalid_message)
 
 
 # --------------------------------------------------------------------------- registry

@@ -21,10 +21,8 @@ from typing import Any
 
 from workbench.protocols.base import (
     INVALID,
-    SEARCH,
     Action,
-    Observation,
-    Protocol,
+    PassageSearchProtocol,
     format_errors,
     last_block,
     parse_tag_action,
@@ -32,9 +30,8 @@ from workbench.protocols.base import (
     register,
     shape_ok,
     turn_blocks,
-    wrap_observation,
 )
-from workbench.tools.base import Hit, Toolbox, render_passages
+from workbench.tools.base import Hit
 
 MAX_TURNS = 4  # the project's spec (shared/SEEDS.md); the paper prints no turn limit
 TOP_K_TRAIN = 3  # passages per search in training (paper §4.3, "following Search-R1")
@@ -91,10 +88,13 @@ DEMO_STEPS: list[tuple[str, Any]] = [
 
 
 @register
-class RSearchEvidence(Protocol):
+class RSearchEvidence(PassageSearchProtocol):
     """R-Search with factual evidence (Zhao et al.). ``top_k``: 3 in training, 5 in evaluation."""
 
     name = "rsearch_evidence"
+    observation_tag = "observation"  # ``<observation>`` with ``(Title: t) text`` passages, one per line
+    passage_style = "title"
+    invalid_message = INVALID_MESSAGE
     stop = ("</search>", "</answer>")
     tags = TAGS
 
@@ -118,20 +118,6 @@ class RSearchEvidence(Protocol):
         ):
             action.reason = "evidence given but no <answer> after it"
         return action
-
-    def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
-        if action.kind != SEARCH:
-            return self.invalid_observation(action)
-        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
-        return Observation(self.render(call.hits() if call.ok else f"Search failed: {call.error}"), [call])
-
-    def render(self, hits: list[Hit] | str) -> str:
-        """``<observation>`` with ``(Title: t) text`` passages, one per line."""
-        body = hits if isinstance(hits, str) else render_passages(hits, "title", self.max_chars_per_hit)
-        return wrap_observation("observation", body or "No results.", self.max_obs_chars)
-
-    def invalid_observation(self, action: Action) -> Observation:
-        return Observation(INVALID_MESSAGE)
 
     # ------------------------------------------------------------------ format
     def format_flags(self, traj) -> dict[str, Any]:

@@ -13,19 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.protocols.base import (
-    SEARCH,
     Action,
-    Observation,
-    Protocol,
+    PassageSearchProtocol,
     format_errors,
     parse_tag_action,
     policy_blocks,
     register,
     shape_ok,
     turn_blocks,
-    wrap_observation,
 )
-from workbench.tools.base import Hit, Toolbox, render_passages
+from workbench.tools.base import Hit
 
 MAX_TURNS = 5  # paper appendix B, hyper-parameter table: max_turns 5
 
@@ -79,10 +76,13 @@ DEMO_STEPS: list[tuple[str, Any]] = [
 
 
 @register
-class WhenToSearch(Protocol):
+class WhenToSearch(PassageSearchProtocol):
     """The When-to-Search grammar: search only when internal knowledge is not enough."""
 
     name = "when_to_search"
+    observation_tag = "information"  # ``<information>`` with ``Doc i(Title: t) text`` passages (the paper's examples)
+    passage_style = "doc"
+    invalid_message = INVALID_MESSAGE
     stop = ("</search>", "</answer>")
     tags = TAGS
 
@@ -95,20 +95,6 @@ class WhenToSearch(Protocol):
 
     def parse(self, text: str) -> Action:
         return parse_tag_action(text, "search")
-
-    def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
-        if action.kind != SEARCH:
-            return self.invalid_observation(action)
-        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
-        return Observation(self.render(call.hits() if call.ok else f"Search failed: {call.error}"), [call])
-
-    def render(self, hits: list[Hit] | str) -> str:
-        """``<information>`` with ``Doc i(Title: t) text`` passages (the paper's examples)."""
-        body = hits if isinstance(hits, str) else render_passages(hits, "doc", self.max_chars_per_hit)
-        return wrap_observation("information", body or "No results.", self.max_obs_chars)
-
-    def invalid_observation(self, action: Action) -> Observation:
-        return Observation(INVALID_MESSAGE)
 
     def format_flags(self, traj) -> dict[str, Any]:
         flags = super().format_flags(traj)
