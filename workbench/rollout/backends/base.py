@@ -86,6 +86,14 @@ class Backend:
         return lambda prompt: self.chat(prompt, params)
 
 
+def token_limits(prompts: list[Any], params: SamplingParams, max_new_tokens: list[int] | None) -> list[int]:
+    """The new-token limit of each prompt: ``max_new_tokens`` per prompt, else ``params.max_new_tokens``."""
+    limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+    if len(limits) != len(prompts):
+        raise ValueError(f"max_new_tokens has {len(limits)} entries for {len(prompts)} prompts")
+    return limits
+
+
 def encode_chat(tokenizer: Any, conversation: list[dict[str, str]] | str) -> list[int]:
     """Token ids of a chat prompt (with the generation prompt appended)."""
     msgs = [{"role": "user", "content": conversation}] if isinstance(conversation, str) else conversation

@@ -31,6 +31,7 @@ from workbench.rollout.backends.base import (
     SamplingParams,
     eos_ids,
     find_stop,
+    token_limits,
 )
 
 _STOP_WINDOW = 16  # tokens decoded from the end of each sequence to look for stop strings
@@ -95,7 +96,7 @@ class HFBackend(Backend):
     def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
         if not prompts:
             return []
-        limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
+        limits = token_limits(prompts, params, max_new_tokens)
         gen = None
         if params.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(params.seed))

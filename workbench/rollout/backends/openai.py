@@ -22,7 +22,17 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from workbench.rollout.backends.base import EOS, ERROR, LENGTH, STOP, Backend, Generation, SamplingParams, find_stop
+from workbench.rollout.backends.base import (
+    EOS,
+    ERROR,
+    LENGTH,
+    STOP,
+    Backend,
+    Generation,
+    SamplingParams,
+    find_stop,
+    token_limits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +123,7 @@ class OpenAIBackend(Backend):
     def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
         if not prompts:
             return []
-        limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
-        if len(limits) != len(prompts):
-            raise ValueError(f"max_new_tokens has {len(limits)} entries for {len(prompts)} prompts")
+        limits = token_limits(prompts, params, max_new_tokens)
         jobs = [(list(p), lim, None if params.seed is None else params.seed + i)
                 for i, (p, lim) in enumerate(zip(prompts, limits))]
         if len(jobs) == 1 or self.concurrency == 1:

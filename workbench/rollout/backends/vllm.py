@@ -33,7 +33,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workbench.rollout.backends.base import EOS, ERROR, LENGTH, STOP, Backend, Generation, SamplingParams, eos_ids
+from workbench.rollout.backends.base import (
+    EOS,
+    ERROR,
+    LENGTH,
+    STOP,
+    Backend,
+    Generation,
+    SamplingParams,
+    eos_ids,
+    token_limits,
+)
 
 _INSTALL_HINT = (
     "VLLMBackend needs vLLM, which is not installed. Install the GPU extra with: pip install -e .[gpu]  "
@@ -148,9 +158,7 @@ class VLLMBackend(Backend):
     def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
         if not prompts:
             return []
-        limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
-        if len(limits) != len(prompts):
-            raise ValueError(f"max_new_tokens has {len(limits)} entries for {len(prompts)} prompts")
+        limits = token_limits(prompts, params, max_new_tokens)
         out: list[Generation | None] = [Generation([], [], LENGTH) if lim <= 0 else None for lim in limits]
         rows = [i for i in range(len(prompts)) if out[i] is None]
         if rows:
