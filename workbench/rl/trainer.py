@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from workbench.data.example import Example
+from workbench.rewards.features import save_features
 from workbench.rl.advantages import FilterStats, compute_advantages, fill_batch, keep_groups
 from workbench.rl.batch import RLBatch, build_batch
 from workbench.rl.config import LossConfig, get_loss_config
@@ -301,6 +302,8 @@ class StepBatch:
     """Features of ``generated`` with ``step``, ``round``, ``reward``, ``advantage``, ``kept`` columns."""
     reward_table: Any
     filter: FilterStats
+    mixed_group_share: float
+    """Share of generated groups whose rewards differ (the ones that carry a learning signal)."""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -516,16 +519,17 @@ class Trainer:
 
         if self.loss_cfg.dynamic_filter:
             kept_items, stats = fill_batch(sample_round, cfg.questions_per_step, self.loss_cfg.filter_max_rounds)
+            mixed_share = stats.keep_rate
         else:
             rewards, gids, items = sample_round(cfg.questions_per_step)
             keep = keep_groups(torch.as_tensor(rewards), gids)
             n_groups = len(set(gids))
             mixed = len({g for g, k in zip(gids, keep.tolist()) if k})
+            # no filter: every group trains (uniform groups get advantage 0)
             stats = FilterStats(target=n_groups, rounds=1, generated=n_groups, generated_trajectories=len(items),
-                                kept=n_groups, surplus=0)
-            stats.dropped_all_correct = stats.dropped_all_wrong = 0
+                                kept=n_groups)
             kept_items = items
-            self._mixed_share = mixed / max(1, n_groups)
+            mixed_share = mixed / max(1, n_groups)
         kept_set = set(kept_items)
 
         generated, frames, tables = [], [], []
@@ -550,11 +554,9 @@ class Trainer:
         features["advantage"] = adv
         for t, a, rw, k in zip(generated, adv, rewards, kept_mask):
             t.meta.update(step=step, reward=float(rw), advantage=float(a), kept=bool(k))
-        if not self.loss_cfg.dynamic_filter:
-            stats.kept = stats.generated  # no filter: every group trains (uniform groups get advantage 0)
         secs["collect"] = time.perf_counter() - t_collect
         return StepBatch(batch_trajs, rewards[kept_mask], adv[kept_mask], generated, features,
-                         tables[-1] if tables else None, stats, secs)
+                         tables[-1] if tables else None, stats, mixed_share, secs)
 
     # ------------------------------------------------------------------ distributed helpers
     def _sum(self, values: Sequence[float]) -> list[float]:
@@ -601,13 +603,12 @@ class Trainer:
         step = self.step + 1 if step is None else step
         cfg, lc = self.config, self.loss_cfg
         secs = {"reference": 0.0, "old_logprobs": 0.0, "update": 0.0}
-        n_rows = int(self._sum([len(batch)])[0]) if self.world_size > 1 else len(batch)
         min_rows = len(batch)
-        if self.world_size > 1:
+        if self.world_size > 1:  # every process must take the same number of optimizer steps
             t = torch.tensor([len(batch)])
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
             min_rows = int(t)
-        if n_rows == 0 or min_rows == 0:
+        if min_rows == 0:
             return {"skipped_update": 1.0, **{f"time_{k}_s": v for k, v in secs.items()}}
         if lc.needs_ref:
             t0 = time.perf_counter()
@@ -619,14 +620,14 @@ class Trainer:
             recomputed = self._forward_no_grad(batch, ref=False)
             m = batch.loss_mask > 0
             diff = (recomputed - batch.old_logprobs)[m].abs()
-            self._sampler_gap = float(diff.mean()) if diff.numel() else 0.0
+            sampler_gap = float(diff.mean()) if diff.numel() else 0.0
             batch.old_logprobs = recomputed  # the policy's own logprobs (temperature-free) at sampling time
             secs["old_logprobs"] = time.perf_counter() - t0
         n_mini = min(lc.num_mini_batches, min_rows)
         gen = torch.Generator().manual_seed(self._step_seed(step, 99))
         acc: dict[str, list[float]] = {}
         t0 = time.perf_counter()
-        self.policy.model.train() if cfg.lora_dropout > 0 else self.policy.model.eval()
+        self.policy.model.train(cfg.lora_dropout > 0)  # dropout only when there is some
         for _epoch in range(lc.ppo_epochs):
             minis = batch.mini_batches(n_mini, generator=gen if n_mini > 1 else None)
             for mb in minis:
@@ -673,7 +674,7 @@ class Trainer:
         out["ratio_max"] = float(max(acc.get("ratio_max", [1.0])))
         out["optimizer_steps"] = float(len(acc.get("loss", [])))
         if not on_policy:
-            out["sampler_logprob_gap"] = self._sampler_gap
+            out["sampler_logprob_gap"] = sampler_gap
         out.update({f"time_{k}_s": v for k, v in secs.items()})
         return out
 
@@ -686,10 +687,8 @@ class Trainer:
         """Update the adapter on a collected batch, advance the step, log; returns the metrics row."""
         step = self.step + 1
         t0 = time.perf_counter()
-        if sb.trajectories:
-            batch_stats = self.update(self.build(sb), step)
-        else:
-            batch_stats = self.update(_empty_batch(), step) if self.world_size > 1 else {"skipped_update": 1.0}
+        # an empty batch still goes through update(): under data parallel every process joins its collectives
+        batch_stats = self.update(self.build(sb) if sb.trajectories else _empty_batch(), step)
         self.step = step
         row = self._step_row(sb, batch_stats, sb.seconds.get("collect", 0.0) + time.perf_counter() - t0)
         self._maybe_switch_stage(row)
@@ -720,8 +719,7 @@ class Trainer:
         row["tokens_per_s"] = gen_tokens / max(1e-9, sb.seconds.get("rollout", 0.0))
         fs = sb.filter
         row["kept_group_share"] = (fs.kept / fs.generated) if fs.generated else 0.0
-        row["mixed_group_share"] = (getattr(self, "_mixed_share", None) if not self.loss_cfg.dynamic_filter
-                                    else fs.keep_rate)
+        row["mixed_group_share"] = sb.mixed_group_share
         row["filter_rounds"] = fs.rounds
         row["batch_trajectories"] = len(sb.trajectories)
         row["generated_trajectories"] = len(trajs)
@@ -753,10 +751,10 @@ class Trainer:
         f = sb.features
         extra = {"step": [self.step] * len(sb.generated), "method": [t.protocol for t in sb.generated]}
         for col in ("em", "cem", "f1", "reward", "advantage", "kept"):
-            extra[col] = [_plain(v) for v in f[col].tolist()]
+            extra[col] = f[col].tolist()  # Python scalars
         extra["format_ok"] = [bool(t.flags.get("format_ok")) for t in sb.generated]
         save_trajectories(sb.generated, d / f"{self.step:06d}.trajectories.parquet", extra_columns=extra)
-        _write_parquet(f, d / f"{self.step:06d}.features.parquet")
+        save_features(d, f, f"{self.step:06d}.features.parquet")
         self.run.append_step_metrics(row)
 
     # ------------------------------------------------------------------ evaluation
@@ -839,8 +837,7 @@ class Trainer:
             tables = [pq.read_table(p) for p in tparts]
             pq.write_table(pa.concat_tables(tables, promote_options="default"), self.run.path / "trajectories.parquet")
         if fparts:
-            _write_parquet(pd.concat([pd.read_parquet(p) for p in fparts], ignore_index=True),
-                           self.run.path / "features.parquet")
+            save_features(self.run, pd.concat([pd.read_parquet(p) for p in fparts], ignore_index=True))
         rows = self.run.step_metrics()
         train_rows = [r for r in rows if "reward_mean" in r]
         eval_rows = [r for r in rows if "eval_reward_mean" in r]
@@ -970,25 +967,6 @@ def _nanmean(x: np.ndarray) -> float:
 def _nanstd(x: np.ndarray) -> float:
     x = x[~np.isnan(x)]
     return float(x.std()) if x.size else float("nan")
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (np.floating, np.integer, np.bool_)):
-        return v.item()
-    return v
-
-
-def _write_parquet(df: Any, path: Path) -> None:
-    from workbench.io import atomic_path
-
-    df = df.copy()
-    for c in df.columns:  # object columns with mixed types (lists, dicts) -> JSON text
-        if df[c].dtype == object:
-            sample = next((v for v in df[c] if v is not None), None)
-            if isinstance(sample, (list, dict, tuple)):
-                df[c] = [json.dumps(v, default=str) if v is not None else None for v in df[c]]
-    with atomic_path(path) as tmp:
-        df.to_parquet(tmp, index=False)
 
 
 def _seed_everything(seed: int) -> None:
