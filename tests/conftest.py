@@ -7,6 +7,17 @@ import pytest
 from workbench.paths import shared_dir
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module (the machine's cores are shared), restored afterwards."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from workbench.models import load_tokenizer

@@ -20,14 +20,7 @@ SUMMARY_KEYS = {"n", "em", "cem", "f1", "searches", "tokens", "seconds", "tool_s
 HOP_KEYS = {"n", "em", "cem", "f1", "searches", "tokens", "seconds", "format_ok"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine's cores are shared
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are shared
 
 
 def _hotpot_file(tmp_path, n: int = 2):

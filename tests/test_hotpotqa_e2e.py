@@ -13,14 +13,7 @@ from workbench.tools.bm25 import BM25Search
 SAMPLE = "hotpotqa_dev_distractor.sample.json"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine's cores are shared
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are shared
 
 
 @pytest.fixture(scope="module")

@@ -155,10 +155,9 @@ def test_triple_set_matches_by_ids_or_names():
 
 
 @pytest.fixture(scope="module")
-def kg_run(world, kg, tokenizer, tmp_path_factory):
+def kg_run(world, kg, tokenizer, tmp_path_factory, one_thread):
     """DynaSearcher with scripted turns: on the first question it asks the KG for the first gold hop, on
     the second it answers without searching."""
-    import torch
 
     from workbench.protocols import get_protocol
     from workbench.rollout.backends.scripted import ScriptedBackend
@@ -167,7 +166,6 @@ def kg_run(world, kg, tokenizer, tmp_path_factory):
     from workbench.tools.base import Toolbox
     from workbench.tools.kg import make_kg_tool
 
-    torch.set_num_threads(1)
     exs = [e for e in world.split("dev") if len(e.kg_path) == 2][:2]
 
     def script(prompt, turn):

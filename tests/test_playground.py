@@ -214,15 +214,12 @@ def test_features_without_groups_are_refused(table):
 
 
 @pytest.fixture(scope="module")
-def group_run(policy, world, tmp_path_factory):
+def group_run(policy, world, tmp_path_factory, one_thread):
     """3 dev questions × 4 samples (temperature 1) from the real default model, without features.parquet.
 
     The direct protocol: at 32 new tokens the tiny model rarely finishes a search turn, so search_r1
     groups would all score the same; direct answers differ in format and F1 within a group.
     """
-    import torch
-
-    torch.set_num_threads(1)
     from workbench.protocols import get_protocol
     from workbench.rollout.backends.hf import HFBackend
     from workbench.rollout.engine import RolloutConfig, rollout

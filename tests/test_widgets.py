@@ -52,11 +52,8 @@ def _search(query: str, k: int = 3):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tokenizer, questions):
+def runs(tmp_path_factory, tokenizer, questions, one_thread):
     """An eval run (direct + search_r1, features.parquet written) and a training-like run with stored rewards."""
-    import torch
-
-    torch.set_num_threads(1)
     q1, q2, q3 = questions
 
     def direct(prompt, turn):
