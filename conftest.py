@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 
-#: module -> the optional package it needs at import time (the ``gpu`` extra)
-_OPTIONAL = {"workbench/rollout/backends/vllm.py": "vllm"}
+#: module -> the optional package it needs at import time (vllm: the ``gpu`` extra; verl: `make verl-env`)
+_OPTIONAL = {"workbench/rollout/backends/vllm.py": "vllm",
+             "workbench/integrations/verl/agent_loop.py": "verl"}  # built by `make verl-env` in .venv-verl
 
 collect_ignore = [path for path, pkg in _OPTIONAL.items() if importlib.util.find_spec(pkg) is None]

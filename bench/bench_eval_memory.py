@@ -12,6 +12,10 @@ parameters are counted from the model.
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_eval_memory.py \\
         --methods search_r1,vanilla_rag --dataset ../shared/fixtures/hotpotqa_dev_distractor.sample.json --limit 20
 
+``--cache-mib``, ``--batch-mib``, ``--prefill-mib`` (0: no chunks) and ``--no-trim`` set the HF backend's memory
+knobs, to compare them in one sitting; the first line gives wall and CPU seconds (CPU time is what to compare
+on a shared machine) and the load.
+
 Prints one table (MB = 2**20 bytes); the peak of the whole run is also ``ru_maxrss``, what
 ``/usr/bin/time -v`` reports as "Maximum resident set size".
 """
@@ -91,6 +95,11 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="model alias or path (default: the eval default)")
     ap.add_argument("--interval", type=float, default=0.02, help="seconds between RSS samples")
     ap.add_argument("--tracemalloc", action="store_true", help="also the Python heap's peak per phase (slower)")
+    ap.add_argument("--cache-mib", type=int, default=None, help="HF backend cache_bytes (default: the backend's)")
+    ap.add_argument("--batch-mib", type=int, default=None, help="HF backend batch_bytes (default: the backend's)")
+    ap.add_argument("--prefill-mib", type=int, default=None,
+                    help="HF backend prefill_bytes; 0: one prefill forward, no chunks (default: the backend's)")
+    ap.add_argument("--no-trim", action="store_true", help="never return freed heap memory to the OS (malloc_trim)")
     args = ap.parse_args()
 
     sampler = Sampler(args.interval, args.tracemalloc)
@@ -124,6 +133,10 @@ def main() -> None:
 
     def init(self, *a, **kw):
         orig_init(self, *a, **kw)
+        for attr, mib in (("cache_bytes", args.cache_mib), ("batch_bytes", args.batch_mib),
+                          ("prefill_bytes", args.prefill_mib)):
+            if mib is not None:
+                setattr(self, attr, (mib << 20) or None)
         backends.append(self)
 
     HFBackend.__init__ = init  # type: ignore[method-assign]
@@ -140,18 +153,23 @@ def main() -> None:
         elif msg.startswith("       ") and ":" in msg:
             sampler.enter(next(phases, "features, metrics, writing"))
 
+    if args.no_trim:
+        import workbench.models
+
+        workbench.models.trim_heap = lambda: False  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as out:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         run = run_eval(methods, args.dataset, args.model or DEFAULT_MODEL, limit=args.limit, out=out, log=log,
                        progress=False)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         metrics = run.metrics()
     sampler.stop()
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
     print(f"# eval memory: {args.methods} on {os.path.basename(args.dataset)} --limit {args.limit}, "
           f"model {args.model or DEFAULT_MODEL}; {platform.node()} {platform.machine()}, {os.cpu_count()} cpu, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); wall {wall:.0f}s")
+          f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); wall {wall:.0f}s, cpu {cpu:.0f}s, "
+          f"load {os.getloadavg()[0]:.1f}")
     head = f"{'phase':44s} {'RSS start':>10s} {'RSS peak':>10s} {'RSS end':>10s} {'py heap peak':>13s} {'seconds':>8s}"
     print(head)
     print("-" * len(head))
@@ -169,7 +187,8 @@ def main() -> None:
         big = max(prefills, key=lambda p: p[0] * (p[1] + p[2]), default=(0, 0, 0))
         print(f"model parameters: {n_params / MB:.0f} MB; key/value cache: {kv_tok / 1024:.0f} KB per token")
         print(f"prefix cache peak: {be.stats['peak_cache_bytes'] / MB:.0f} MB (budget {be.cache_bytes / MB:.0f} MB), "
-              f"batch budget {'none' if be.batch_bytes is None else f'{be.batch_bytes / MB:.0f} MB'}; "
+              f"batch budget {'none' if be.batch_bytes is None else f'{be.batch_bytes / MB:.0f} MB'}, "
+              f"prefill budget {'none' if be.prefill_bytes is None else f'{be.prefill_bytes / MB:.0f} MB'}; "
               f"largest prefill: {big[0]} rows x ({big[1]} new + {big[2]} cached) tokens = "
               f"{big[0] * (big[1] + big[2]) * kv_tok / MB:.0f} MB of keys/values; all-position logits there would be "
               f"{big[0] * big[1] * cfg.vocab_size * 4 / MB:.0f} MB")

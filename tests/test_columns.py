@@ -33,7 +33,7 @@ OLD_FLAGS = ("format_ok", "answer_boxes", "evidence_boxes", "dag_valid", "order_
 FAILURE_NUMERIC = ("failed_tool", "backend_error", "failed_judge", "failed_evidence")
 FAILURE_TEXT = ("failure",)
 # added since (issue 13): which matching recall used, answers naming several options, demonstration leaks
-PROTOCOL_NUMERIC = ("multi_option", "demo_leak")
+PROTOCOL_NUMERIC = ("multi_option", "option_f1", "demo_leak")  # option_f1: issue 14 (NL-DAG multiple choice)
 PROTOCOL_TEXT = ("recall_by",)
 
 

@@ -7,6 +7,7 @@ The browser test saves its screenshot under tmp_path and copies it to
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import socket
@@ -40,10 +41,11 @@ def _search(query: str, k: int = 3):
     return [Hit("p1", "Tarnholm Mills", "Tarnholm Mills was founded by Ada Quist.", 1.0)]
 
 
-def _eval_run(root: Path, run_id: str, tokenizer, examples, methods: dict[str, list[str]], dataset: str) -> Run:
+def _eval_run(root: Path, run_id: str, tokenizer, examples, methods: dict[str, list[str]], dataset: str,
+              search=_search) -> Run:
     """An eval run written exactly as `workbench eval` writes one, with scripted model turns."""
     results = [
-        evaluate(m, examples, ScriptedBackend(tokenizer, script), Toolbox({"search": _search}),
+        evaluate(m, examples, ScriptedBackend(tokenizer, script), Toolbox({"search": search}),
                  RolloutConfig(max_turns=3), progress=False)
         for m, script in methods.items()
     ]
@@ -287,3 +289,137 @@ def test_metrics_json_of_runs_is_read_as_summaries(runs_root):
     s = q.summary_metrics(runs_root).set_index(["run_id", "method"])
     summary = json.loads((runs_root / RUN_B / "metrics.json").read_text())["methods"]["search_r1"]
     assert s.loc[(RUN_B, "search_r1"), "f1"] == pytest.approx(summary["f1"]) == pytest.approx(2 / 3)
+
+
+# --------------------------------------------------------------------------- failed trajectories (issue 12)
+
+RUN_F, RUN_OLD = "20261122-150000-eval-failed", "20261122-140000-eval-old-features"
+FAILURE_TEXT = "search tool failed: tool 'search' raised RuntimeError: index offline"
+
+
+def _broken_search(query: str, k: int = 3):
+    raise RuntimeError("index offline")
+
+
+@pytest.fixture(scope="module")
+def failed_root(tmp_path_factory, tokenizer) -> Path:
+    """RUN_F: direct answers both questions; search_r1's search tool raises, so both its trajectories fail.
+    RUN_OLD: a features table from before the failure columns (no count: unknown, not 0). RUN_T: no features."""
+    root = tmp_path_factory.mktemp("failed-runs")
+    _eval_run(root, RUN_F, tokenizer, EX_A, {
+        "direct": ["<answer> Ada Quist </answer>"],
+        "search_r1": ["<search> Tarnholm Mills </search>", "<answer> Ada Quist </answer>"],
+    }, "world", search=_broken_search)
+    old = _eval_run(root, RUN_OLD, tokenizer, EX_A, {"direct": ["<answer> Ada Quist </answer>"]}, "world")
+    import pandas as pd
+
+    f = pd.read_parquet(old.path / "features.parquet")
+    f.drop(columns=["failed_tool", "backend_error", "failed_judge", "failed_evidence", "failure"]).to_parquet(
+        old.path / "features.parquet")
+    t = Run.create(root, kind="train", run_id=RUN_T, config={"model": "scripted", "dataset": "world"})
+    t.append_step_metrics({"step": 0, "reward_mean": 0.0})
+    return root
+
+
+def test_failed_trajectories_are_counted_per_run(failed_root):
+    from workbench.dashboard import failures as fq
+
+    counts = fq.failure_counts(failed_root).set_index("run_id")["failed"]
+    assert counts[RUN_F] == 2 and pd_isna(counts[RUN_OLD]) and RUN_T not in counts.index
+    runs = fq.runs_with_failures(q.runs_table(failed_root), failed_root).set_index("run_id")
+    cols = list(runs.columns)
+    assert cols[cols.index("n_trajectories") + 1] == "failed"
+    assert runs.loc[RUN_F, "failed"] == 2 and runs.loc[RUN_F, "n_trajectories"] == 4
+    assert pd_isna(runs.loc[RUN_T, "failed"]) and pd_isna(runs.loc[RUN_OLD, "failed"])
+
+
+def test_drilldown_names_the_flag_and_the_failure_text(failed_root):
+    from workbench.dashboard import failures as fq
+
+    df = fq.run_trajectory_table(failed_root, RUN_F)
+    assert list(df.columns) == [*q.TRAJECTORY_COLUMNS, "failed", "failure"] and len(df) == 4
+    bad, good = df[df["method"] == "search_r1"], df[df["method"] == "direct"]
+    assert (bad["failed"] == "failed_tool").all() and bad["failure"].str.contains(FAILURE_TEXT, regex=False).all()
+    assert (good["failed"] == "").all() and (good["failure"] == "").all()
+    box = dash.failure_html(bad["failed"].iloc[0], bad["failure"].iloc[0])
+    assert "failed: failed_tool" in box and html.escape(FAILURE_TEXT) in box and dash.failure_html("", "") == ""
+    # features rows that do not line up with the trajectories mark nothing
+    shifted = fq.run_failures(failed_root, RUN_F).assign(row=lambda f: f["row"] + 1)
+    assert (fq.with_failures(q.run_trajectories(failed_root, RUN_F), shifted)["failed"] == "").all()
+    assert fq.run_failures(failed_root, RUN_OLD).empty and fq.run_failures(failed_root, "no-such-run").empty
+
+
+def test_served_drilldown_pages_through_the_run(failed_root, monkeypatch):
+    """The served drill-down holds one page (read with limit/offset), with the failure flags of those rows."""
+    import pandas as pd
+
+    whole = dash.fq.run_trajectory_table(failed_root, RUN_F)
+    monkeypatch.setattr(dash, "PAGE_ROWS", 3)
+    select, section = dash._drilldown_section(failed_root, [RUN_F])
+    (prev, page, nxt, info), table = section[1]._inner_layout[0]
+    assert len(table.value) == 3 and "1–3 of 4" in info.object
+    nxt.clicks += 1  # page 2: the last row alone
+    assert page.value == 2 and table.value["row"].tolist() == [3] and "4–4 of 4" in info.object
+    pd.testing.assert_frame_equal(table.value[["row", "id", "failed", "failure"]].reset_index(drop=True),
+                                  whole.iloc[3:][["row", "id", "failed", "failure"]].reset_index(drop=True))
+    bad = whole.index[whole["failed"] != ""].tolist()
+    page.value = 1 + bad[0] // 3
+    table.selection = [bad[0] % 3]  # picking a failed row shows its failure and transcript
+    assert "failed: failed_tool" in section[2].object and "observation (loss mask 0)" in section[2].object
+
+
+def test_header_tooltips_come_from_the_schema(failed_root):
+    from workbench.schema import describe
+
+    tips = dash.column_tooltips(["em", "failed", "n_searches", "failure", "not_a_column"], means=False)
+    assert tips["em"] == describe("em") and tips["n_searches"] == describe("n_searches")
+    assert tips["failure"] == describe("failure") and "failed" in tips and "not_a_column" not in tips
+    assert dash.column_tooltips(["f1"], means=True)["f1"] == f"mean of: {describe('f1')}"
+    table = dash._trajectory_table(dash.fq.run_trajectory_table(failed_root, RUN_F))
+    assert table.header_tooltips["failure"] == describe("failure")
+    assert table.header_tooltips["finish_reason"] == describe("finish_reason")
+
+
+def test_static_page_shows_the_failure(failed_root, tmp_path):
+    out = dash.save_static(tmp_path / "dash.html", failed_root)
+    page = out.read_text(encoding="utf-8")
+    # the page's HTML sits JSON-encoded in the document, so compare the part without quotes
+    assert "raised RuntimeError: index offline" in page and "FAILED (failed_tool)" in page and "failed: failed_tool" in page
+
+
+def test_served_dashboard_shows_failures_and_tooltips_in_chromium(failed_root, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    server = dash.serve_dashboard(failed_root, port=port, threaded=True)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
+            page.wait_for_selector(".tabulator-row", timeout=60_000)
+            page.get_by_text("1 with failed trajectories").first.wait_for(timeout=30_000)
+            header = page.locator(".tabulator-col", has_text="failed").first
+            header.hover()
+            tip = page.locator(".tabulator-tooltip")
+            tip.first.wait_for(timeout=10_000)
+            assert "trajectories whose tool, backend" in tip.first.inner_text()
+            # drill-down: the failed run is the newest with trajectories, so it opens first
+            page.locator(".bk-tab", has_text="Trajectories").click()
+            page.locator(".tabulator-cell", has_text=FAILURE_TEXT).first.wait_for(timeout=30_000)
+            page.locator(".tabulator-row", has_text="search_r1:a1#0").last.click()
+            page.get_by_text("failed: failed_tool").first.wait_for(timeout=30_000)
+            page.get_by_text("observation (loss mask 0)").first.wait_for(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "failed.png"), full_page=True)
+            _artifact_dir().mkdir(parents=True, exist_ok=True)
+            shutil.copy(tmp_path / "failed.png", _artifact_dir() / "dashboard-failures.png")
+            browser.close()
+    finally:
+        server.stop()
+
+
+def pd_isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))

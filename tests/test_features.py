@@ -158,6 +158,23 @@ def test_features_by_hand():
     assert df["em"].dtype == np.float64 and df["format_ok"].dtype == np.float64
 
 
+def test_eq2_length_comes_from_the_best_matching_alias_not_the_alias_order():
+    """DynaSearcher Eq. 2 (F1 if L_pred ≥ n·L_gt else CEM) must not change when the aliases are reordered."""
+    long_first = Example("q1", EX.question, ["Ada Quist of Tarnholm Mills", "Ada Quist"], hops=1)
+    short_first = Example("q1", EX.question, ["Ada Quist", "Ada Quist of Tarnholm Mills"], hops=1)
+    # 7 words; it covers "Ada Quist" (cover-EM 1) but not the long alias: "Ada Quist" (2 words) is the match,
+    # so L_pred ≥ 3·L_gt and Eq. 2 takes F1 (0.5, best over aliases) in both orders. With L_gt from the
+    # first alias, the long-first order took CEM (1.0) instead.
+    t = make_traj("It was Ada Quist who founded the mills", [("Tarnholm Mills founder", [H1])], flags={"format_ok": True})
+    rows = [compute_features([t], [ex], encoder=False, cache=False) for ex in (long_first, short_first)]
+    assert [r.iloc[0]["L_gt"] for r in rows] == [2.0, 2.0]
+    r_ans = [float(get_preset("dynasearcher")(r)["r_ans"][0]) for r in rows]
+    assert r_ans == [pytest.approx(0.5), pytest.approx(0.5)]
+    # No answer: the canonical (first) alias.
+    none = compute_features([make_traj(None)], [long_first], encoder=False, cache=False).iloc[0]
+    assert none["L_gt"] == 5.0
+
+
 def test_bad_inputs_give_nan_not_zero():
     no_gold = Example("q2", "?", [])
     no_hops = Example("q3", "?", ["x"])

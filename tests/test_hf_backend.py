@@ -106,3 +106,64 @@ def test_prefix_cache_reuses_the_previous_turn(policy):
     assert s_on["reused_tokens"] == len(prompt) + len(a1.token_ids) - 1
     assert s_on["prefill_tokens"] == len(prompt) + 1 + len(obs)
     assert s_off["reused_tokens"] == 0
+
+
+def test_chunked_prefill_gives_the_same_output(policy):
+    """Prefilling the new tokens in chunks (the CPU's ``prefill_bytes`` budget) changes nothing: left padding,
+    a reused prefix cache and the last-position logits all line up with one whole prefill."""
+    from workbench.rollout.backends.hf import HFBackend
+
+    model, tok = policy
+    short, long = _prompt(tok, "Say hi."), _prompt(tok, "Please list three fruits that are red, one per line.")
+    obs = tok.encode("\n<information>Apples, cherries and strawberries are red.</information>\n", add_special_tokens=False)
+    p = SamplingParams(max_new_tokens=8, temperature=0.0)
+    out, chunks = {}, {}
+    for budget in (None, 1):  # None: one forward; 1 byte: one token per forward
+        be = HFBackend(model, tok, prefill_bytes=budget)
+        be.prefill_bytes = budget  # None on a CPU would mean the CPU default: force one forward
+        calls = []
+        orig = be.model.forward
+
+        def forward(*a, _orig=orig, _calls=calls, **kw):
+            _calls.append(kw["input_ids"].shape[1])
+            return _orig(*a, **kw)
+
+        be.model.forward = forward
+        try:
+            g1 = be.generate([long, short], p)
+            g2 = be.generate([long + g1[0].token_ids + obs], p)  # reuses the first turn's cache
+        finally:
+            del be.model.forward
+        out[budget], chunks[budget] = (g1, g2), calls
+    (a1, a2), (b1, b2) = out[None], out[1]
+    for x, y in zip([*a1, *a2], [*b1, *b2]):
+        assert x.token_ids == y.token_ids
+        assert max(abs(u - v) for u, v in zip(x.logprobs, y.logprobs)) < 1e-3
+    assert chunks[None].count(len(long)) == 1  # the whole first prefill in one forward
+    assert chunks[1].count(1) > len(long)  # one token per forward: the prefill was chunked
+
+
+def test_cpu_budgets_bound_the_cache_the_batches_and_the_prefill_chunks(policy):
+    """The CPU defaults are the measured budgets (bench/RESULTS.md, issue 13), and each is what the backend's
+    sizes are computed from: a revert to unbounded prefills or larger caches fails here."""
+    from workbench.rollout.backends import hf
+
+    model, tok = policy
+    be = hf.HFBackend(model, tok)
+    assert be.device.type == "cpu"
+    assert (be.cache_bytes, be.batch_bytes, be.prefill_bytes) == (hf.CPU_CACHE_BYTES, hf.CPU_BATCH_BYTES,
+                                                                  hf.CPU_PREFILL_BYTES)
+    assert hf.CPU_CACHE_BYTES + hf.CPU_BATCH_BYTES <= 768 << 20 and hf.CPU_PREFILL_BYTES <= 64 << 20
+    cfg = model.config
+    assert be.score_bytes_per_key == 2 * cfg.num_attention_heads * 4  # fp32 scores and probabilities
+    for rows, keys in ((1, 50), (6, 1000), (20, 2000)):
+        chunk = be.prefill_chunk(rows, keys)
+        assert chunk >= 1
+        assert chunk == 1 or rows * chunk * keys * be.score_bytes_per_key <= be.prefill_bytes
+        assert rows * (chunk + 1) * keys * be.score_bytes_per_key > be.prefill_bytes or chunk >= keys
+    prompts, limits = [[1] * 1000] * 20, [256] * 20
+    for i, j in be._batches(prompts, limits):
+        assert j - i == 1 or (j - i) * 1256 * be.kv_bytes_per_token <= be.batch_bytes
+    gpu_like = hf.HFBackend(model, tok, prefill_bytes=None)
+    gpu_like.prefill_bytes = None
+    assert gpu_like.prefill_chunk(6, 1000) == 1000  # no budget: one forward

@@ -1,5 +1,7 @@
 """Answer metrics against hand-computed values."""
 
+import math
+
 import pytest
 
 from workbench.rewards.metrics import (
@@ -144,3 +146,21 @@ def test_in_context_answers_and_demo_leak_by_hand():
     assert demo_leak("Iravelt", demos, ["Ada Quist"]) == 0.0  # whole words only
     assert demo_leak("Beijing", demos, ["Beijing, China"]) == 0.0  # a gold contains it
     assert demo_leak(None, demos, ["x"]) == demo_leak("x", [], ["y"]) == 0.0
+
+
+def test_choice_options_and_option_set_f1_by_hand():
+    from workbench.rewards.metrics import choice_options, option_set_f1
+
+    q = "Which of these are rivers?\nA. Danube\nB. Alps\nC. (the) Rhine\nD. Sahara\nE. Nile"
+    assert list(choice_options(q)) == ["A", "B", "C", "D", "E"] and choice_options(q)["A"] == "Danube"
+    gold = ["A, C, E"]
+    assert option_set_f1("A, C, E", gold, q) == 1.0
+    assert option_set_f1("(A) and (C)", gold, q) == pytest.approx(2 * 2 / 5)  # P={A,C}, G={A,C,E}
+    assert option_set_f1("A, B", gold, q) == pytest.approx(2 * 1 / 5)
+    assert option_set_f1("Danube, Rhine and Nile", gold, q) == 1.0  # option texts count when no label is written
+    assert option_set_f1(None, gold, q) == 0.0
+    assert option_set_f1("B", ["D", "B"], q) == 1.0  # best alias
+    # not multiple choice: NaN (the judge or string metric applies instead)
+    assert math.isnan(option_set_f1("Paris", ["Paris"], "What is the capital of France?"))
+    assert math.isnan(option_set_f1("A", ["Zebra"], q))  # a gold naming no option
+    assert choice_options("Who wrote it? I. e. nobody") == {} and choice_options("Pick A. one") == {}

@@ -49,6 +49,11 @@ def test_default_model_converted_once_and_cached(policy):
     n = sum(p.numel() for p in model.parameters())
     assert 130e6 < n < 140e6
     assert next(model.parameters()).dtype is torch.float32  # fp32 on CPU
+    from safetensors import safe_open
+
+    with safe_open(str(models.Path(path) / "model.safetensors"), "pt") as f:  # stored fp32: a CPU load maps it
+        w = f.get_tensor(next(iter(f.keys())))
+    assert w.dtype is torch.float32 and torch.equal(w, w.to(torch.bfloat16).float())  # bf16-rounded values
     assert tok.padding_side == "left" and tok.chat_template
     # loading again reads the cache (no re-conversion): the marker is untouched
     stamp = (models.Path(path) / "workbench_model.json").stat().st_mtime

@@ -414,3 +414,12 @@ def test_group_stats_agree_with_the_trainer_advantages():
     np.testing.assert_allclose(s.adv_std, A.group_std_advantages(torch.tensor(r), g, eps=1e-6).numpy(), atol=1e-5)
     np.testing.assert_allclose(s.adv_mean, A.mean_only_advantages(torch.tensor(r), g).numpy(), atol=1e-5)
     np.testing.assert_array_equal(s.keep, A.keep_groups(torch.tensor(r), g).numpy().astype(bool))
+
+
+def test_rsearch_dag_multiple_choice_uses_option_set_f1():
+    """Paper 003: "for multiple choice questions, F1 scores are calculated between the predicted and correct
+    option sets"; other rows keep the judge (or its fallback)."""
+    df = frame(format_ok=[1, 1], dag_valid=[1, 1], f1=[0.0, 0.5], judge_similarity=[0.1, 0.9], option_f1=[2 / 3, NAN])
+    # row 0 is multiple choice: 0.5 + 0.5·(2/3); row 1 is not: 0.5 + 0.5·0.9
+    approx(get_preset("rsearch_dag")(df).total, [0.5 + 1 / 3, 0.95])
+    approx(get_preset("rsearch_dag", answer_source="judge")(df).total, [0.55, 0.95])  # explicit source: as asked

@@ -179,6 +179,18 @@ def test_diff_shows_both_methods_on_one_question(runs):
     assert columns.count("turn 0 ·") == 2 and SECRET in columns  # both transcripts; only the agent saw the clue
 
 
+def test_open_on_difference_shows_the_question_the_second_method_gained(runs, questions):
+    ins = trajectory_inspector(runs[0]).inspector
+    ins.set_filters(method="direct", hops=1)  # filters that hide the question are reset
+    i = ins.open_on_difference("direct", "search_r1")  # search_r1 answers q2, direct does not
+    assert ins.frame.at[i, "question"] == questions[1].question and ins.frame.at[i, "source"] == "direct"
+    assert ins.pick.value == i and ins.tabs.selected_index == 3
+    assert (ins.left_w.value, ins.right_w.value) == ("direct", "search_r1")
+    assert "✔ yes" in ins.diff.value and "✘ no" in ins.diff.value
+    assert ins.open_on_difference("direct", "direct") is None  # the same scores everywhere: said, nothing moves
+    assert ins.open_on_difference("direct", "nope") is None and "No trajectories of nope" in ins.diff.value
+
+
 def test_diff_of_two_runs_on_the_same_question(runs):
     ev, tr = runs
     ins = trajectory_inspector([ev, tr]).inspector

@@ -2,10 +2,11 @@
 by turn and token by token, see its reward breakdown, and compare two runs (or two methods of one
 run) on the same question.
 
-Views only: trajectories and examples come from ``workbench.runs``, answer metrics, features and
-rewards from ``workbench.rewards``. The selection is the pure function
-:func:`workbench.eval.filters.filter_trajectories` over the table of :func:`load_inspector_data`,
-so it is tested without any widget.
+Views only: the table comes from :func:`widgets.inspector_data.load_inspector_data` (scalar columns
+only, read with DuckDB; a trajectory is read from disk when it is shown, full-text search runs in
+DuckDB), answer metrics, features and rewards from ``workbench.rewards``. The selection is the pure
+function :func:`workbench.eval.filters.filter_trajectories` over that table, so it is tested without
+any widget. The trajectory picker lists one page of matches (``PAGE`` around the shown one).
 
     >>> inspector = trajectory_inspector([run_a, run_b], tokenizer)   # doctest: +SKIP
     >>> inspector.inspector.set_filters(correct=False, text="Ostrel")  # doctest: +SKIP
@@ -16,178 +17,25 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import ipywidgets as W
 import numpy as np
 import pandas as pd
 
+from widgets.inspector_data import FEATURE_MODES, TABLE_COLUMNS, InspectorData, load_inspector_data
 from widgets.trajectory import tokens_html, turns_html
-from workbench.data.example import Example
-from workbench.eval.filters import FAILURE_KINDS, correct_mask, failure_kinds, filter_trajectories, same_question
-from workbench.runs import EXAMPLES, Run, open_run
+from workbench.eval.filters import FAILURE_KINDS, correct_mask, filter_trajectories
+from workbench.runs import Run
 from workbench.trajectory import Trajectory
 
-#: Columns of the inspector table (one row per trajectory), in order.
-TABLE_COLUMNS = (
-    "run", "row", "source", "id", "example_id", "group_id", "sample_idx", "method", "protocol", "dataset", "hops",
-    "question", "answer", "finish_reason", "failed", "failure", "n_turns", "n_searches", "n_invalid", "n_policy_tokens",
-    "em", "cem", "f1", "format_ok", "reward", "advantage", "step",
-)
-#: Features sources: ``auto`` = ``features.parquet``, else computed in memory without embeddings.
-FEATURE_MODES = ("auto", "file", "none")
-
-
-# ----------------------------------------------------------------------------- data
-
-
-@dataclass
-class InspectorData:
-    """The trajectories of some runs as one table plus what the views need.
-
-    ``frame`` has one row per trajectory (``TABLE_COLUMNS``, a RangeIndex); ``trajectories[i]``
-    is row ``i``'s :class:`Trajectory`; ``features`` (or None) is aligned with the rows (all-NaN
-    rows for a run without features); ``reward_stored`` says whether ``frame["reward"]`` came
-    from the runs (a training run) rather than from a preset; ``notes`` say where features came from.
-    """
-
-    frame: pd.DataFrame
-    trajectories: list[Trajectory]
-    features: pd.DataFrame | None
-    reward_stored: bool
-    runs: list[Run]
-    notes: list[str] = field(default_factory=list)
-    text: pd.Series | None = None
-    """Lower-cased question + all turn texts + answer per row (the full-text search corpus)."""
-
-
-def _as_runs(runs: Any) -> list[Run]:
-    if isinstance(runs, (Run, str)) or hasattr(runs, "__fspath__"):
-        return [open_run(runs)]
-    out = [open_run(r) for r in runs]
-    if not out:
-        raise ValueError("trajectory_inspector needs at least one run")
-    return out
-
-
-def _column(df: pd.DataFrame, name: str, default: Any = np.nan) -> list[Any]:
-    return df[name].tolist() if name in df.columns else [default] * len(df)
-
-
-def _run_features(run: Run, df: pd.DataFrame, n_all: int, trajs: list[Trajectory], examples: dict[str, Example],
-                  mode: str) -> tuple[pd.DataFrame | None, str]:
-    """The features rows of ``df``'s trajectories (aligned) and a note on where they came from."""
-    from workbench.rewards import compute_features, load_features
-
-    if mode == "none":
-        return None, f"{run.id}: features off"
-    try:
-        feats, note = load_features(run), f"{run.id}: features from features.parquet"
-    except FileNotFoundError:
-        if mode == "file":
-            return None, f"{run.id}: no features.parquet"
-        missing = {t.example_id for t in trajs} - set(examples)
-        if missing:
-            return None, f"{run.id}: no features.parquet, and {len(missing)} trajectories have no example to score against"
-        feats = compute_features(trajs, list(examples.values()), encoder=False, cache=False)
-        return feats, (f"{run.id}: no features.parquet; features computed here without embeddings "
-                       "(recall by title, query similarity NaN)")
-    ids = df["id"].to_numpy()
-    if len(feats) == n_all and "id" in feats and (feats["id"].to_numpy()[: len(df)] == ids).all():
-        return feats.iloc[: len(df)].reset_index(drop=True), note
-    if "id" in feats and feats["id"].is_unique and set(ids) <= set(feats["id"]):
-        return feats.set_index("id", drop=False).loc[ids].reset_index(drop=True), note
-    return None, f"{run.id}: features.parquet does not match the trajectories (ignored)"
-
-
-def load_inspector_data(runs: Any, max_items: int | None = 500, features: str = "auto") -> InspectorData:
-    """Read ``runs`` (a Run, a directory, or a list of them) into an :class:`InspectorData`.
-
-    Args:
-        max_items: trajectories read per run (the first ones of its table); None = all.
-        features: ``auto`` (``features.parquet``, else computed in memory without embeddings and
-            not saved), ``file`` (only ``features.parquet``) or ``none``.
-    """
-    from workbench.rewards import answer_metrics
-    from workbench.rewards.features import failed_tool_calls, trajectory_failures
-
-    if features not in FEATURE_MODES:
-        raise ValueError(f"features={features!r}; valid: {', '.join(FEATURE_MODES)}")
-    run_list = _as_runs(runs)
-    many = len(run_list) > 1
-    frames, trajs_all, feats_all, notes, texts = [], [], [], [], []
-    any_feats, stored = False, False
-    for run in run_list:
-        df = run.trajectories_frame()
-        n_all = len(df)
-        if max_items is not None:
-            df = df.iloc[:max_items].reset_index(drop=True)
-        trajs = [Trajectory.from_row(r) for r in df.to_dict("records")]
-        examples = {e.id: e for e in run.examples()} if run.exists(EXAMPLES) else {}
-        feats, note = _run_features(run, df, n_all, trajs, examples, features)
-        notes.append(note)
-        methods = _column(df, "method", None)
-        rows = []
-        for i, t in enumerate(trajs):
-            ex = examples.get(t.example_id)
-            failed, failure = _failures(t, feats.iloc[i] if feats is not None else None, failed_tool_calls,
-                                        trajectory_failures)
-            scores = answer_metrics(t.answer, ex.answers) if ex is not None and ex.answers else {}
-            method = methods[i] or t.meta.get("method") or t.protocol
-            rows.append({
-                "run": run.id, "row": i, "source": f"{run.id} · {method}" if many else str(method),
-                "id": t.id, "example_id": t.example_id, "group_id": t.group_id, "sample_idx": t.sample_idx,
-                "method": method, "protocol": t.protocol,
-                "dataset": ex.dataset if ex is not None else t.meta.get("dataset", run.config.get("dataset")),
-                "hops": ex.hops if ex is not None and ex.hops is not None else t.meta.get("hops"),
-                "question": t.question, "answer": t.answer, "finish_reason": t.finish_reason,
-                "failed": failed, "failure": failure,
-                "n_turns": len(t.turns), "n_searches": t.n_searches, "n_invalid": t.n_invalid,
-                "n_policy_tokens": t.n_policy_tokens,
-                **{m: scores.get(m, np.nan) for m in ("em", "cem", "f1")},
-                "format_ok": float(bool(t.flags["format_ok"])) if "format_ok" in t.flags else np.nan,
-            })
-            texts.append("\n".join([t.question, *(turn.text for turn in t.turns), str(t.answer or "")]).lower())
-        part = pd.DataFrame(rows, columns=[c for c in TABLE_COLUMNS if c not in ("reward", "advantage", "step")])
-        for m in ("em", "cem", "f1", "format_ok"):  # the run's own scores win (e.g. eval runs store them)
-            if m in df.columns:
-                part[m] = pd.to_numeric(df[m], errors="coerce").to_numpy(np.float64)
-        for col in ("reward", "advantage", "step"):
-            if col in df.columns:
-                part[col] = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
-            elif feats is not None and col in feats.columns:
-                part[col] = pd.to_numeric(feats[col], errors="coerce").to_numpy(np.float64)
-            else:
-                part[col] = np.nan
-        stored |= bool(part["reward"].notna().any())
-        frames.append(part)
-        trajs_all.extend(trajs)
-        any_feats |= feats is not None
-        feats_all.append(feats if feats is not None else pd.DataFrame(index=range(len(part))))
-    frame = pd.concat(frames, ignore_index=True)
-    frame["hops"] = pd.to_numeric(frame["hops"], errors="coerce")
-    feats_df = pd.concat(feats_all, ignore_index=True) if any_feats else None
-    return InspectorData(frame, trajs_all, feats_df, stored, run_list, notes, pd.Series(texts, dtype=object))
-
-
-def _failures(t: Trajectory, feats: pd.Series | None, failed_tool_calls: Any, trajectory_failures: Any) -> tuple[str, str | None]:
-    """``(failed kinds, failure lines)`` of one trajectory: from its features row when it has the failure
-    columns (judges and the evidence model included), else from the trajectory (backend and tools)."""
-    def num(name: str, default: float) -> float:
-        v = feats.get(name) if feats is not None else None
-        return default if v is None or pd.isna(v) else float(v)
-
-    kinds = failure_kinds(
-        backend_error=num("backend_error", float(t.finish_reason == "backend_error")),
-        failed_tool=num("failed_tool", float(len(failed_tool_calls(t)))),
-        failed_judge=num("failed_judge", 0.0), failed_evidence=num("failed_evidence", 0.0),
-    )
-    text = feats.get("failure") if feats is not None and "failure" in feats.index else None
-    if text is None or (isinstance(text, float) and math.isnan(text)):
-        text = "\n".join(trajectory_failures(t)) or None
-    return kinds, text
-
+__all__ = ["FEATURE_MODES", "TABLE_COLUMNS", "InspectorData", "TrajectoryInspector", "load_inspector_data",
+           "trajectory_inspector"]
+#: Matches listed in the trajectory picker at once (prev / next walk through all of them).
+PAGE = 200
+#: Full-text search keeps the first this many matches in table order (DuckDB stops reading there; the count
+#: then shows "N+": narrow the search, or pick a run, to see all).
+TEXT_HITS = 10_000
 
 # ----------------------------------------------------------------------------- html pieces
 
@@ -265,13 +113,12 @@ def reward_html(table: Any, i: int, subset_breakdown: pd.DataFrame | None, note:
 def matches_html(frame: pd.DataFrame, idx: Sequence[int], current: int | None, max_rows: int = 200) -> str:
     """The matching trajectories as a table (the shown one marked ▶)."""
     cols = ["source", "id", "dataset", "hops", "answer", "cem", "f1", "n_searches", "reward", "failed"]
-    rows = []
-    for i in idx[:max_rows]:
-        r = frame.loc[i, [c for c in cols if c in frame.columns]].to_dict()
+    shown = frame.iloc[list(idx[:max_rows])][[c for c in cols if c in frame.columns]]  # one take, not a lookup a row
+    rows = shown.to_dict("records")
+    for i, r in zip(shown.index, rows):
         r["hops"] = None if pd.isna(r["hops"]) else int(r["hops"])
         if i == current:
             r["id"] = f"▶ {r['id']}"
-        rows.append(r)
     more = f"<div><i>… and {len(idx) - max_rows} more</i></div>" if len(idx) > max_rows else ""
     return _table(rows, cols) + more
 
@@ -299,12 +146,17 @@ class TrajectoryInspector:
         self.frame, self.trajectories = data.frame, data.trajectories
         f = self.frame
         self.matches: list[int] = list(range(len(f)))
+        self._match_arr = np.arange(len(f))
+        self._page_start = 0
+        self._text_hits: tuple[Any, np.ndarray] | None = None  # the last (text, run) searched and its rows
+        self._breakdown: tuple[str, list[int], Any] | None = None  # (preset, matches, breakdown) last shown
+        self._by_question: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.reward_table: Any = None
         style = {"description_width": "72px"}
         lay = W.Layout(width="230px")
 
         def uniq(col: str) -> list[Any]:
-            return sorted({v for v in f[col].tolist() if v is not None and not (isinstance(v, float) and math.isnan(v))})
+            return sorted(pd.unique(f[col].dropna()).tolist())
 
         self.run_w = W.Dropdown(options=_all("all runs", uniq("run")), description="run", style=style, layout=lay)
         self.dataset_w = W.Dropdown(options=_all("all", uniq("dataset")), description="dataset", style=style, layout=lay)
@@ -365,7 +217,7 @@ class TrajectoryInspector:
             W.HBox([self.search_w, self.count_w]),
         ])
         nav = W.HBox([self.prev_w, self.next_w, self.pick])
-        tabs = W.Tab(children=[
+        self.tabs = tabs = W.Tab(children=[
             self.transcript, self.tokens, W.VBox([self.preset_w, self.reward]),
             W.VBox([W.HBox([self.left_w, self.right_w]), self.diff]), self.table,
         ], titles=("turns", "tokens", "reward", "diff", "matches"))
@@ -422,29 +274,62 @@ class TrajectoryInspector:
 
     def apply_filters(self) -> list[int]:
         current = self.pick.value
-        self.matches = filter_trajectories(self.frame, corpus=self.data.text, **self.filters())
+        flt = self.filters()
+        text = flt.pop("text")
+        keep = np.asarray(filter_trajectories(self.frame, **flt), dtype=np.int64)
+        if text:  # searched in DuckDB over the files (of the chosen run only), once per text, then intersected
+            key = (text, flt["run"])
+            if self._text_hits is None or self._text_hits[0] != key:
+                self._text_hits = (key, self.data.search(text, runs=flt["run"], max_hits=TEXT_HITS))
+            keep = np.intersect1d(keep, self._text_hits[1], assume_unique=True)
+        self._match_arr, self.matches = keep, keep.tolist()
         n, total = len(self.matches), len(self.frame)
-        self.count_w.value = f"<b>{n}</b> of {total} trajectories match"
+        more = bool(text) and len(self._text_hits[1]) >= TEXT_HITS  # the search stopped: there may be more
+        self.count_w.value = (f"<b>{n}{'+' if more else ''}</b> of {total} trajectories match"
+                              + (f" (text: its first {TEXT_HITS:,} matches searched)" if more else ""))
+        pos = self._pos(current)
+        pos = pos if pos >= 0 else (0 if n else -1)
         self._busy = True
         try:
-            f = self.frame
-            self.pick.options = [
-                (f"{f.at[i, 'source']} · {f.at[i, 'id']} · {f.at[i, 'finish_reason']} · {str(f.at[i, 'answer'])[:30]}"
-                 + (f" · ⚠ {f.at[i, 'failed']} failed" if f.at[i, "failed"] else ""), i)
-                for i in self.matches
-            ]
-            self.pick.value = current if current in self.matches else (self.matches[0] if self.matches else None)
+            self._page(max(pos, 0))
+            self.pick.value = self.matches[pos] if pos >= 0 else None
         finally:
             self._busy = False
         self.show()
         return self.matches
 
+    def _pos(self, i: int | None) -> int:
+        """Position of table row ``i`` in the matches (-1: not a match)."""
+        if i is None or not len(self._match_arr):
+            return -1
+        pos = int(np.searchsorted(self._match_arr, i))
+        return pos if pos < len(self._match_arr) and self._match_arr[pos] == i else -1
+
+    def _page(self, pos: int) -> None:
+        """The picker lists the page of ``PAGE`` matches that holds match number ``pos``."""
+        self._page_start = start = (pos // PAGE) * PAGE
+        f = self.frame.iloc[self.matches[start:start + PAGE]]
+        self.pick.options = [
+            (f"{src} · {tid} · {fin} · {str(ans)[:30]}" + (f" · ⚠ {fail} failed" if fail else ""), int(i))
+            for i, src, tid, fin, ans, fail in zip(f.index, f["source"], f["id"], f["finish_reason"], f["answer"],
+                                                   f["failed"])
+        ]
+
     def step(self, delta: int) -> int | None:
         """Move to the previous (-1) or next (+1) match, wrapping around."""
         if not self.matches:
             return None
-        pos = self.matches.index(self.pick.value) if self.pick.value in self.matches else -1
-        self.pick.value = self.matches[(pos + delta) % len(self.matches)]
+        new = (self._pos(self.pick.value) + delta) % len(self.matches)
+        if self._page_start <= new < self._page_start + PAGE:
+            self.pick.value = self.matches[new]
+            return self.pick.value
+        self._busy = True
+        try:
+            self._page(new)
+            self.pick.value = self.matches[new]
+        finally:
+            self._busy = False
+        self.show()
         return self.pick.value
 
     # ---------------------------------------------------------------- rewards
@@ -503,9 +388,15 @@ class TrajectoryInspector:
         if self.reward_table is None:
             self.reward.value = "<i>No features for these runs: no reward breakdown.</i> " + html.escape("; ".join(self.data.notes))
             return
-        from workbench.rewards import get_preset
+        from workbench.rewards.rubric import RewardTable
 
-        sub = get_preset(self.preset_w.value)(self.data.features.iloc[self.matches]).breakdown if self.matches else None
+        preset, t = self.preset_w.value, self.reward_table
+        if self._breakdown is None or self._breakdown[0] != preset or self._breakdown[1] is not self.matches:
+            # the rubric is row-wise: the matching rows' rewards are those rows of the table (no re-scoring)
+            sub = RewardTable({k: v[self._match_arr] for k, v in t.values.items()}, t.params,
+                              t.weights).breakdown if self.matches else None
+            self._breakdown = (preset, self.matches, sub)  # navigation keeps it; a filter or preset change redoes it
+        sub = self._breakdown[2]
         note = "; ".join(self.data.notes)
         if self.data.reward_stored:
             note += " · the reward filter uses the runs' stored rewards"
@@ -514,7 +405,9 @@ class TrajectoryInspector:
     def _default_diff(self, i: int) -> None:
         """Left follows the shown trajectory; right keeps its source if that one answered this question."""
         src = self.frame.at[i, "source"]
-        others = [s for s in self.right_w.options if s != src and same_question(self.frame, i, s) is not None]
+        rows = self._question_rows(i)
+        here = set(self._sources[1][self._sources[0][rows]])
+        others = [s for s in self.right_w.options if s != src and s in here]
         self._diff_lock = True
         try:
             self.left_w.value = src
@@ -523,11 +416,71 @@ class TrajectoryInspector:
         finally:
             self._diff_lock = False
 
+    def _question_rows(self, i: int) -> np.ndarray:
+        """The rows on row ``i``'s question, in table order (an index built once, not a scan per call)."""
+        if self._by_question is None:
+            codes = pd.factorize(self.frame["question"])[0]
+            order = np.argsort(codes, kind="stable")
+            starts = np.searchsorted(codes[order], np.arange(codes.max() + 2 if len(codes) else 1))
+            self._by_question = (codes, order, starts)
+            self._sources = pd.factorize(self.frame["source"])  # (codes, names): no string copies per call
+            self._samples = self.frame["sample_idx"].to_numpy()
+        codes, order, starts = self._by_question
+        c = codes[i]
+        return np.array([i]) if c < 0 else order[starts[c]:starts[c + 1]]
+
+    def _same_question(self, i: int, source: str) -> int | None:
+        """As :func:`workbench.eval.filters.same_question` (same sample index first), through the index."""
+        rows = self._question_rows(i)
+        rows = rows[self._sources[1][self._sources[0][rows]] == source]
+        if not len(rows):
+            return None
+        same = rows[self._samples[rows] == self._samples[i]]
+        return int(same[0] if len(same) else rows[0])
+
+    def open_on_difference(self, left: str, right: str, metric: str = "cem") -> int | None:
+        """Show the first question (table order) where sources ``left`` and ``right`` (method names, or
+        ``run · method`` with several runs) score differently on ``metric``: ``right``'s better answer first,
+        the diff tab open with both. Returns the shown row, or None (with the reason in the diff tab)."""
+        f = self.frame
+        for name in (left, right):
+            if name not in set(f["source"]):
+                self.diff.value = f"<i>No trajectories of {html.escape(name)} here.</i>"
+                return None
+        score = pd.to_numeric(f[metric], errors="coerce")
+        by = score.groupby([f["question"], f["source"]], sort=False).mean().unstack()
+        gap = (by[right] - by[left]).dropna()
+        gap = gap[gap != 0]
+        if gap.empty:
+            self.diff.value = f"<i>{html.escape(left)} and {html.escape(right)} score the same {metric} on every question.</i>"
+            return None
+        question = gap.sort_values(ascending=False, kind="stable").index[0]  # where right gained most
+        rows = f.index[(f["question"] == question) & (f["source"] == left)]
+        i = int(rows[0])
+        self.set_filters(run=None, dataset=None, method=None, protocol=None, hops=None, failed=None, text=None,
+                         searches=None, reward=None, correct=None)  # every trajectory matches: the row can be shown
+        pos = self._pos(i)
+        self._busy = True
+        try:
+            self._page(pos)
+            self.pick.value = i
+        finally:
+            self._busy = False
+        self.show()
+        self._diff_lock = True
+        try:
+            self.left_w.value, self.right_w.value = left, right
+        finally:
+            self._diff_lock = False
+        self._show_diff()
+        self.tabs.selected_index = 3  # diff
+        return i
+
     def _show_diff(self) -> None:
         i = self.pick.value
         if i is None or self._diff_lock:
             return
-        left, right = same_question(self.frame, i, self.left_w.value), same_question(self.frame, i, self.right_w.value)
+        left, right = self._same_question(i, self.left_w.value), self._same_question(i, self.right_w.value)
         self.diff.value = diff_html(self.frame, self.trajectories, left, right, self.metric_w.value,
                                     self.threshold_w.value, self.search_w.value.strip())
 

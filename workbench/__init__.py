@@ -13,3 +13,9 @@ import os as _os
 _os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 __version__ = "0.1.0"
+
+import warnings as _warnings
+
+# peft (0.21) reads transformers' deprecated `is_gradient_checkpointing` whenever it wraps a model: a
+# FutureWarning about their code, not the user's, printed on every LoRA load. Hidden; other warnings stay.
+_warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -86,6 +87,8 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=d["device"].default, help=doc["device"])
     p.add_argument("--skip-unavailable", action="store_true", help=doc["skip_unavailable"])
     p.add_argument("--allow-pickle-weights", action="store_true", help=doc["allow_pickle_weights"])
+    p.add_argument("--protocol-kwargs", default="{}", metavar="JSON", help=doc["protocol_kwargs"])
+    p.add_argument("--adapter", default=None, metavar="DIR", help=doc["adapter"])
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -103,6 +106,7 @@ def eval_command(args: argparse.Namespace) -> int:
         kg=args.kg, group_size=args.group_size,
         temperature=args.temperature, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
         device=args.device, skip_unavailable=args.skip_unavailable, allow_pickle_weights=args.allow_pickle_weights,
+        adapter=args.adapter, protocol_kwargs=args.protocol_kwargs,
     )
     metrics = run.metrics()
     print(f"\nper method ({metrics['n_examples']} questions):\n{format_table(metrics)}")
@@ -515,11 +519,12 @@ def regress(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- main
 
+from workbench import schema as _schema  # noqa: E402  (argparse and pandas only)
 from workbench.integrations import cli_commands as _ic  # noqa: E402  (argparse only; the work is imported lazily)
 
 #: name -> (add_arguments, run, help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
-    "demo": (_demo_args, demo, "evaluate the default model on the synthetic world (direct, search agent, search + KG agent), then every view"),
+    "demo": (_demo_args, demo, "evaluate the default model on the synthetic world (direct, search agent untrained and with the shipped SFT adapter, search + KG agent), then every view"),
     "eval": (_eval_args, eval_command, "evaluate methods (protocols, baselines) on the world or a benchmark file; writes a run"),
     "train": (_train_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
     "expert": (_expert_args, expert_command, "expert trajectories of the world's questions for a method's protocol; writes a run"),
@@ -533,6 +538,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
                         "serve BM25/dense, KG and plan search over HTTP in Search-R1's /retrieve API (127.0.0.1)"),
     "export": (_ic.export_args, _ic.export_command,
                "export a method for verl: dataset parquet, reward module, launch script"),
+    "import": (_ic.import_args, _ic.import_command,
+               "import a verl run (rollout/validation dumps, metrics) as a workbench run"),
+    "schema": (_schema.schema_args, _schema.schema_command,
+               "every column of a run's trajectories.parquet and features.parquet: dtype and meaning"),
 }
 
 
@@ -564,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ModuleNotFoundError) as e:
         print(f"workbench {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `workbench schema --json | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

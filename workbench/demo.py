@@ -1,8 +1,9 @@
-"""``workbench demo``: the default model on the synthetic world, three ways, then every view of the workbench.
+"""``workbench demo``: the default model on the synthetic world, four ways, then every view of the workbench.
 
 Builds (or loads) the default world, indexes its passages with BM25, loads the default model,
-and evaluates dev questions with :func:`~workbench.eval.runner.run_eval` three ways: a direct
-answer, the Search-R1 agent (search tool) and the DynaSearcher agent (search + knowledge-graph
+and evaluates dev questions with :func:`~workbench.eval.runner.run_eval` four ways: a direct
+answer, the Search-R1 agent (search tool), the same agent with the shipped SFT adapter
+(``search_r1+lora``, :data:`DEMO_ADAPTER`) and the DynaSearcher agent (search + knowledge-graph
 tools). Each question gets a *group* of samples at temperature > 0, so the reward playground has
 advantages, kept groups and rank changes to show, and the KG explorer the agent's KG hits. It
 prints the metrics tables and writes a run directory (with ``features.parquet``). Then it ends
@@ -17,15 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from workbench.eval.runner import metrics_table, run_eval
+from workbench.paths import repo_root
 from workbench.runs import Run
 
-#: The methods the demo compares: no retrieval, the search agent, the search + knowledge-graph agent.
-DEMO_METHODS = ("direct", "search_r1", "dynasearcher")
+#: The methods the demo compares: no retrieval, the search agent (untrained, and with the shipped SFT adapter
+#: when it is there), the search + knowledge-graph agent.
+DEMO_METHODS = ("direct", "search_r1", "search_r1+lora", "dynasearcher")
+
+#: Observations as user turns (the layout ``workbench train``/``sft`` default to, so the adapter is evaluated on
+#: the layout it learned), for every demo method whose protocol takes it; the untrained agent gets the same.
+DEMO_PROTOCOL_KWARGS = {"observation_mode": "chat"}
+
+#: The trained adapter the demo compares with the untrained model (``data/adapters/README.md`` says how it was
+#: made and from which commit); ``+lora`` methods are left out, with a note, when it is missing.
+DEMO_ADAPTER = repo_root() / "data" / "adapters" / "search_r1-sft"
 
 #: Notebooks executed into the run, in order, and the parameters each gets (``{run}``: the run
 #: directory, ``{runs}``: the runs root). 00_quickstart is left out: it would evaluate the model again.
 DEMO_NOTEBOOKS: dict[str, dict[str, Any]] = {
-    "01_trajectory_inspector": {"run_dir": "{run}"},
+    # opens on a question the trained and the untrained agent answer differently (the diff tab shows both)
+    "01_trajectory_inspector": {"run_dir": "{run}", "diff_methods": "search_r1,search_r1+lora"},
     # as if the r_gain weight slider were moved to 0: the executed copy shows rank changes inside groups
     "02_reward_playground": {"run_dir": "{run}", "weights": {"r_gain": 0.0}},
     "03_kg_explorer": {"run_dir": "{run}"},
@@ -112,8 +124,8 @@ def run_demo(
 ) -> Run:
     """The demo evaluation, then (with ``notebooks``) the notebooks and the static dashboard.
 
-    Defaults: 6 dev questions x 4 samples x 3 methods = 72 trajectories, sized to finish in about
-    5 minutes on a quiet 2-core CPU (README, "What make demo does"). Temperature 0.7: the samples of a
+    Defaults: 6 dev questions x 4 samples x 4 methods (3 without the shipped adapter) = 96 trajectories, sized to
+    finish in about 5 minutes on a quiet 2-core CPU (README, "What make demo does"). Temperature 0.7: the samples of a
     group differ, and the default model still follows the demonstrated tags often enough to search
     (at 1.0 it rambled and DynaSearcher made no KG search in 12 samples; at 0.7, 3 of 12 did)."""
     if limit < 1:
@@ -121,12 +133,19 @@ def run_demo(
     if group_size > 1 and temperature <= 0:
         raise ValueError(f"--group-size {group_size} needs --temperature > 0 (greedy samples of a group are identical)")
     t_start = time.perf_counter()
+    methods, adapter = list(DEMO_METHODS), adapter_for(model)
+    if adapter is None:
+        methods = [m for m in methods if not m.endswith("+lora")]
     _say(f"[1/3] evaluating {limit} dev questions of the synthetic world x {group_size} samples (temperature "
-         f"{temperature:g}): {', '.join(DEMO_METHODS)}")
+         f"{temperature:g}): {', '.join(methods)}")
+    if adapter is not None:
+        _say(f"      search_r1+lora: the same model with the SFT adapter {adapter} (trained on expert traces of "
+             "the world's train questions; data/adapters/README.md)")
     run = run_eval(
-        list(DEMO_METHODS), "world", model, out=out, name="demo", limit=limit, split="dev", retriever="bm25",
+        methods, "world", model, out=out, name="demo", limit=limit, split="dev", retriever="bm25",
         group_size=group_size, temperature=temperature, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed,
-        device=device, log=lambda m: _say("      " + m),
+        device=device, log=lambda m: _say("      " + m), adapter=str(adapter) if adapter else None,
+        protocol_kwargs=dict(DEMO_PROTOCOL_KWARGS),
     )
     metrics = run.metrics()
     timings: dict[str, float] = dict(metrics.get("timings") or {})
@@ -173,6 +192,17 @@ def run_demo(
     _say(f"live: `make lab` (JupyterLab, kernel `workbench`; open notebooks/01_trajectory_inspector.ipynb with "
          f"run_dir = {str(run.path)!r}) and `workbench dashboard --runs {run.path.parent}` (http://127.0.0.1:5006/)")
     return run
+
+
+def adapter_for(model: str) -> Path | None:
+    """The shipped adapter when the demo runs the model it was trained for, else None (with the reason said)."""
+    if not (DEMO_ADAPTER / "adapter_model.safetensors").exists():
+        _say(f"      (no trained adapter at {DEMO_ADAPTER}: the demo shows the untrained model only)")
+        return None
+    if model != "smollm2-135m":
+        _say(f"      (the shipped adapter is for smollm2-135m, not {model}: the demo shows the untrained model only)")
+        return None
+    return DEMO_ADAPTER
 
 
 def _torch_threads() -> int | None:

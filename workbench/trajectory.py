@@ -271,8 +271,13 @@ def save_trajectories(trajs: list[Trajectory], path: str | Path, extra_columns: 
         else:
             table = table.append_column(name, pa.array(values))
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS)
     return Path(path)
+
+
+#: Rows per Parquet row group of ``trajectories.parquet``: a reader of one trajectory (the inspector, the
+#: dashboard's drill-down) decodes only its row group, not the whole file (bench/bench_scale.py).
+ROW_GROUP_ROWS = 2000
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:

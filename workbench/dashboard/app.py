@@ -1,5 +1,7 @@
 """The Panel dashboard over a runs root: runs table, metric comparisons, training curves,
-per-hop and per-protocol breakdowns, and a drill-down into one run's trajectories.
+per-hop and per-protocol breakdowns, and a drill-down into one run's trajectories. Failed trajectories
+(a tool, backend, judge or evidence call that failed: NaN reward) are counted per run and named in the
+drill-down (``failures.py``); column headers show what each column means (``tooltips.py``).
 
 ``build_app(runs_dir)`` returns the page (tests serve it); ``serve_dashboard`` serves it on
 127.0.0.1 (another address only with ``allow_remote=True``); ``save_static`` writes one
@@ -20,7 +22,9 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
+from workbench.dashboard.tooltips import column_tooltips
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,10 @@ COMPARE_METRICS = ("f1", "em", "cem", "format_ok", "answered", "searches", "toke
 STATIC_TRANSCRIPTS = 30
 #: Runs whose trajectories the static page lists (newest first).
 STATIC_RUNS = 20
+#: Rows of a run's trajectory table in the static page (the table is in the file: a big run would bloat it).
+STATIC_ROWS = 1000
+#: Rows per page of the served drill-down's trajectory table (each page is read when shown).
+PAGE_ROWS = 50
 LOOPBACK_NAMES = ("localhost",)
 
 
@@ -151,18 +159,24 @@ def _safe(title: str, build: Callable[[], Any]):
                              alert_type="danger")
 
 
-def _table(df: pd.DataFrame, **kw: Any):
-    pn = _pn()
+def _rounded(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     for c in df.columns:
         if pd.api.types.is_float_dtype(df[c]):
             df[c] = df[c].round(3)
+    return df
+
+
+def _table(df: pd.DataFrame, means: bool = False, **kw: Any):
+    pn = _pn()
+    df = _rounded(df)
     # every column fits the page width: text wraps (long ids too, at any character), numbers stay narrow,
     # headers wrap between words ("n_trajectories" shows as "n trajectories")
     text = {c: {"type": "textarea"} for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])}
     narrow = {c: 84 for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])}
     opts = dict(disabled=True, show_index=False, sizing_mode="stretch_width", layout="fit_columns",
                 titles={c: str(c).replace("_", " ") for c in df.columns},
+                header_tooltips=column_tooltips(list(df.columns), means=means),
                 configuration={"columnDefaults": {"headerWordWrap": True}}, stylesheets=[_TABLE_CSS])
     opts.update(kw)
     opts["formatters"] = {**text, **kw.get("formatters", {})}
@@ -176,14 +190,21 @@ _TABLE_CSS = """
 """
 
 
+def _red_if(v: Any) -> str:
+    return "color:#b00020;font-weight:bold" if isinstance(v, str) and v or not isinstance(v, str) and pd.notna(v) and v else ""
+
+
 def _runs_section(runs: pd.DataFrame):
     pn = _pn()
     size = {"height": 480} if len(runs) > 10 else {}  # small tables grow to fit their (wrapped) rows
     n_err = int((runs["error"] != "").sum())
     table = _table(runs, selectable=1, widths={"run_id": 210, "created": 100, "error": 280 if n_err else 60},
                    formatters={"error": {"type": "textarea"}}, **size)
-    table.style.map(lambda v: "color:#b00020;font-weight:bold" if v else "", subset=["error"])
+    table.style.map(_red_if, subset=["error", *(["failed"] if "failed" in runs else [])])
     note = f" · **{n_err} with errors** (see the `error` column)" if n_err else ""
+    n_failed = int((runs["failed"].fillna(0) > 0).sum()) if "failed" in runs else 0
+    if n_failed:
+        note += f" · **{n_failed} with failed trajectories** (the `failed` column; the Trajectories tab names them)"
     return table, pn.Column(pn.pane.Markdown(f"## Runs\n{len(runs)} run(s){note}"), table, sizing_mode="stretch_width")
 
 
@@ -198,7 +219,7 @@ def _compare_section(runs_dir: Path):
         return pn.pane.Alert("No trajectories to compare yet.", alert_type="info")
     metrics = [m for m in COMPARE_METRICS if df[m].notna().any()]
     return pn.Column(_plot(compare_figure(df, metrics)), _plot(compare_figure(df, metrics, by="dataset")),
-                     _table(df), sizing_mode="stretch_width")
+                     _table(df, means=True), sizing_mode="stretch_width")
 
 
 def _training_section(runs_dir: Path):
@@ -218,12 +239,12 @@ def _breakdown_section(runs_dir: Path):
         parts.append(pn.pane.Alert("No trajectories with a hop count.", alert_type="info"))
     else:
         metrics = [m for m in ("f1", "em", "cem", "searches") if hops[m].notna().any()]
-        parts += [_plot(hops_figure(hops, metrics)), _table(hops)]
+        parts += [_plot(hops_figure(hops, metrics)), _table(hops, means=True)]
     parts.append(pn.pane.Markdown("### Per protocol"))
     if protocols.empty:
         parts.append(pn.pane.Alert("No trajectories.", alert_type="info"))
     else:
-        parts += [_plot(protocol_figure(protocols)), _table(protocols)]
+        parts += [_plot(protocol_figure(protocols)), _table(protocols, means=True)]
     return pn.Column(*parts, sizing_mode="stretch_width")
 
 
@@ -234,29 +255,44 @@ def transcript_html(runs_dir: Path, run_id: str, row: int) -> str:
     return turns_html(q.load_trajectory(runs_dir, run_id, row))
 
 
-def _static_transcripts(runs_dir: Path, run_id: str, trajs: pd.DataFrame) -> str:
+def failure_html(failed: str, failure: str) -> str:
+    """A red box naming the failure flags and the failure text of a failed trajectory ("" if it did not fail)."""
+    if not failed and not failure:
+        return ""
+    lines = "<br>".join(html.escape(line) for line in str(failure).splitlines())
+    return (f"<div style='border:1px solid #b00020;color:#b00020;padding:6px;margin:4px 0'>"
+            f"<b>failed: {html.escape(str(failed) or 'yes')}</b> (reward NaN)<br>{lines}</div>")
+
+
+def _static_transcripts(runs_dir: Path, run_id: str, trajs: pd.DataFrame, total: int | None = None) -> str:
     """Collapsible transcripts (plain HTML ``<details>``) for the static page."""
     parts = []
     for r in trajs.head(STATIC_TRANSCRIPTS).itertuples():
-        summary = html.escape(f"#{r.row} · {r.method} · {r.question}")
+        failed = getattr(r, "failed", "")
+        summary = html.escape(f"#{r.row} · {r.method} · {r.question}" + (f" · FAILED ({failed})" if failed else ""))
         try:
-            body = transcript_html(runs_dir, run_id, int(r.row))
+            body = failure_html(failed, getattr(r, "failure", "")) + transcript_html(runs_dir, run_id, int(r.row))
         except Exception as e:  # noqa: BLE001
             body = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
         parts.append(f"<details><summary>{summary}</summary>{body}</details>")
-    more = len(trajs) - STATIC_TRANSCRIPTS
+    more = (len(trajs) if total is None else total) - STATIC_TRANSCRIPTS
     if more > 0:
         parts.append(f"<p>… and {more} more (serve the dashboard to see them all).</p>")
     return "\n".join(parts)
 
 
-def _trajectory_table(df: pd.DataFrame):
-    return _table(df, selectable=1, page_size=15, pagination="local",
-                  widths={"question": 360, "answer": 220})
+def _trajectory_table(df: pd.DataFrame, pagination: str | None = "local"):
+    table = _table(df, selectable=1, page_size=15 if pagination else None, pagination=pagination,
+                   widths={"question": 360, "answer": 220, **({"failed": 110, "failure": 260} if "failure" in df else {})})
+    if "failed" in df:
+        table.style.map(_red_if, subset=["failed", "failure"])
+    return table
 
 
 def _drilldown_section(runs_dir: Path, run_ids: list[str]):
-    """Served: pick a run, then a row of its trajectory table, to see the transcript."""
+    """Served: pick a run, then a row of its trajectory table, to see the transcript. The table holds one page of
+    ``PAGE_ROWS`` rows, read when shown (``run_trajectory_table(limit=, offset=)``): a big run never goes to the
+    browser, nor into the server's memory, whole."""
     pn = _pn()
     if not run_ids:
         return None, pn.pane.Alert("No readable trajectories.", alert_type="info")
@@ -265,35 +301,57 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
     transcript = pn.pane.HTML(hint, sizing_mode="stretch_width")
 
     def trajectories(run_id: str):
-        df = q.run_trajectories(runs_dir, run_id)
-        table = _trajectory_table(df)
+        n, failures = q.run_size(runs_dir, run_id), fq.run_failures(runs_dir, run_id)
+        pages = max(1, -(-n // PAGE_ROWS))
+        page = pn.widgets.IntInput(name=f"page (of {pages:,})", value=1, start=1, end=pages, width=140)
+        prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
+        info = pn.pane.Markdown(sizing_mode="stretch_width")
+        state = {"df": fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)}
+        table = _trajectory_table(state["df"], pagination=None)
+
+        def load(event: Any = None) -> None:
+            start = (page.value - 1) * PAGE_ROWS
+            if event is not None:
+                state["df"] = fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=start, failures=failures)
+                table.selection = []
+                table.value = _rounded(state["df"])
+            info.object = f"trajectories {start + 1:,}–{min(start + PAGE_ROWS, n):,} of {n:,}"
 
         def show(event: Any) -> None:
             if not event.new:
                 return
+            r = state["df"].iloc[event.new[0]]
             try:
-                transcript.object = transcript_html(runs_dir, run_id, int(df.iloc[event.new[0]]["row"]))
+                transcript.object = failure_html(r["failed"], r["failure"]) + transcript_html(runs_dir, run_id, int(r["row"]))
             except Exception as e:  # noqa: BLE001 - shown in place of the transcript
                 transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
+        page.param.watch(load, "value")
+        prev.on_click(lambda _: setattr(page, "value", max(1, page.value - 1)))
+        nxt.on_click(lambda _: setattr(page, "value", min(pages, page.value + 1)))
         table.param.watch(show, "selection")
+        load()
         transcript.object = hint
-        return table
+        return pn.Column(pn.Row(prev, page, nxt, info), table, sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
     return run_select, pn.Column(run_select, pn.panel(body), transcript, sizing_mode="stretch_width")
 
 
 def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):
-    """Static: one collapsible card per run with its table and the first transcripts (no server to ask)."""
+    """Static: one collapsible card per run with its first ``STATIC_ROWS`` rows and first transcripts (no server
+    to ask for more)."""
     pn = _pn()
     if not run_ids:
         return pn.pane.Alert("No readable trajectories.", alert_type="info")
 
     def card(run_id: str):
-        df = q.run_trajectories(runs_dir, run_id)
-        return pn.Column(_trajectory_table(df), pn.pane.HTML(_static_transcripts(runs_dir, run_id, df),
-                                                             sizing_mode="stretch_width"),
+        n = q.run_size(runs_dir, run_id)
+        df = fq.run_trajectory_table(runs_dir, run_id, limit=STATIC_ROWS)
+        cap = [pn.pane.Markdown(f"The first {STATIC_ROWS:,} of {n:,} trajectories (serve the dashboard to page "
+                                "through them all).")] if n > STATIC_ROWS else []
+        return pn.Column(*cap, _trajectory_table(df), pn.pane.HTML(_static_transcripts(runs_dir, run_id, df, n),
+                                                                   sizing_mode="stretch_width"),
                          name=run_id, sizing_mode="stretch_width")
 
     cards = [_safe(f"trajectories of {r}", lambda r=r: card(r)) for r in run_ids[:STATIC_RUNS]]
@@ -302,6 +360,14 @@ def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):
     acc = pn.Accordion(*cards, active=[0], sizing_mode="stretch_width")
     note = f"Showing the newest {STATIC_RUNS} of {len(run_ids)} runs." if len(run_ids) > STATIC_RUNS else ""
     return pn.Column(pn.pane.Markdown(note), acc, sizing_mode="stretch_width") if note else acc
+
+
+def _safe_failures(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
+    try:
+        return fq.runs_with_failures(runs, root)
+    except Exception:  # noqa: BLE001 - the runs table shows without the column rather than not at all
+        log.exception("failure counts could not be read")
+        return runs
 
 
 def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False):
@@ -317,6 +383,8 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False):
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = pn.pane.Markdown(f"# Workbench runs\nRuns root `{root}` · built {stamp}", sizing_mode="stretch_width")
     runs = q.runs_table(root)
+    if not runs.empty:
+        runs = _safe_failures(runs, root)
     if runs.empty:
         msg = (f"No runs under `{root}` (a run is a folder with a `config.json`). "
                "Make one with `workbench demo`, or point the dashboard at another folder with `--runs DIR`.")

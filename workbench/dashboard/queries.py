@@ -58,23 +58,43 @@ class TrajectorySources:
 
     files: dict[str, Path] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    columns: set[str] = field(default_factory=set)
+    """The union of the readable files' column names (from their footers)."""
+
+
+#: ``(path, mtime_ns, size) -> (error or None, column names)``: a footer is read once while its file is unchanged
+#: (the runs table asks for 100 footers on every refresh otherwise).
+_FOOTERS: dict[tuple[str, int, int], tuple[str | None, tuple[str, ...]]] = {}
+
+
+def _footer(p: Path) -> tuple[str | None, tuple[str, ...]]:
+    import pyarrow.parquet as pq
+
+    st = p.stat()
+    key = (str(p), st.st_mtime_ns, st.st_size)
+    if key not in _FOOTERS:
+        try:
+            names = tuple(pq.read_metadata(p).schema.to_arrow_schema().names)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is reported, not raised
+            _FOOTERS[key] = (f"{TRAJECTORIES}: {type(e).__name__}: {e}", ())
+        else:
+            _FOOTERS[key] = (None, names)
+    return _FOOTERS[key]
 
 
 def trajectory_sources(runs_dir: str | os.PathLike) -> TrajectorySources:
     """``runs/*/trajectories.parquet`` of run directories, split into readable files and errors."""
-    import pyarrow.parquet as pq
-
     src = TrajectorySources()
     for d in run_dirs(runs_dir):
         p = d / TRAJECTORIES
         if not p.exists():
             continue
-        try:
-            pq.read_metadata(p)
-        except Exception as e:  # noqa: BLE001 - any unreadable file is reported, not raised
-            src.errors[d.name] = f"{TRAJECTORIES}: {type(e).__name__}: {e}"
+        error, names = _footer(p)
+        if error:
+            src.errors[d.name] = error
         else:
             src.files[d.name] = p
+            src.columns.update(names)
     return src
 
 
@@ -82,23 +102,24 @@ _RUN_ID_SQL = r"regexp_extract(filename, '([^/\\]+)[/\\]trajectories\.parquet$',
 
 
 class _Trajectories:
-    """A DuckDB connection with a view ``t``: one row per trajectory of every readable run.
+    """A DuckDB cursor and ``view``, the SQL of ``t`` in every query: one row per trajectory of every readable run.
 
     Columns: run_id, row (position in its file), method, protocol, dataset, hops, id, question, answer, finish_reason,
     n_searches, n_invalid, n_policy_tokens, latency_s, em, cem, f1, format_ok (NULL where a
     run has no such column).
     """
 
-    def __init__(self, files: list[Path]):
-        import duckdb
+    def __init__(self, files: list[Path], columns: set[str] | None = None):
+        from workbench.trajectory_store import cursor
 
-        self.con = duckdb.connect()
+        self.con = cursor()  # the shared connection: footers stay cached between queries
         self.empty = not files
         if self.empty:
             return
         paths = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files)
         source = f"read_parquet([{paths}], filename=true, union_by_name=true, file_row_number=true)"
-        cols = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+        cols = columns if columns is not None else {
+            r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
 
         def col(name: str, sql_type: str = "DOUBLE") -> str:
             return f"CAST({name} AS {sql_type}) AS {name}" if name in cols else f"CAST(NULL AS {sql_type}) AS {name}"
@@ -111,9 +132,9 @@ class _Trajectories:
             return f"COALESCE({', '.join(parts)})" if len(parts) > 1 else parts[0] if parts else f"CAST(NULL AS {sql_type})"
 
         method = "COALESCE(method, protocol)" if "method" in cols else "protocol"
-        self.con.execute(
+        self.view = (  # ``t`` of each query (a CTE: cursors of the shared connection share one catalog)
             f"""
-            CREATE VIEW t AS SELECT
+            SELECT
                 {_RUN_ID_SQL} AS run_id,
                 file_row_number AS "row",
                 {method} AS method,
@@ -128,13 +149,13 @@ class _Trajectories:
         )
 
     def df(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-        return self.con.execute(sql, params or []).df()
+        return self.con.execute(f"WITH t AS ({self.view}) {sql}", params or []).df()
 
 
 def _query(runs_dir: str | os.PathLike, sql: str, columns: list[str], params: list[Any] | None = None) -> pd.DataFrame:
     """Run ``sql`` over the view ``t`` of all readable runs; an empty frame with ``columns`` if none."""
     src = trajectory_sources(runs_dir)
-    t = _Trajectories(list(src.files.values()))
+    t = _Trajectories(list(src.files.values()), src.columns)
     if t.empty:
         return pd.DataFrame(columns=columns)
     return t.df(sql, params)
@@ -212,29 +233,40 @@ def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
 TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "f1", "n_searches", "finish_reason"]
 
 
-def run_trajectories(runs_dir: str | os.PathLike, run_id: str) -> pd.DataFrame:
+def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None,
+                     offset: int = 0) -> pd.DataFrame:
     """The trajectories of one run: row, id, method, question, answer, f1, n_searches, finish_reason.
 
-    ``row`` (position in the file) identifies a trajectory: ids repeat across methods.
+    ``row`` (position in the file) identifies a trajectory: ids repeat across methods. Only these
+    columns are read (never the turns); ``limit`` / ``offset`` page through a big run (rows
+    ``offset .. offset + limit - 1``; the run's size is ``trajectory_counts``' ``n_trajectories``).
     """
     src = trajectory_sources(runs_dir)
     if run_id not in src.files:
         return pd.DataFrame(columns=TRAJECTORY_COLUMNS)
     t = _Trajectories([src.files[run_id]])
     columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS)
-    return t.df(f'SELECT {columns} FROM t ORDER BY "row"')
+    # a range of positions, not LIMIT/OFFSET after a sort: DuckDB skips the row groups outside it
+    end = f' AND "row" < {int(offset) + int(limit)}' if limit is not None else ""
+    return t.df(f'SELECT {columns} FROM t WHERE "row" >= {int(offset)}{end} ORDER BY "row"')
+
+
+def run_size(runs_dir: str | os.PathLike, run_id: str) -> int:
+    """How many trajectories a run's file holds (from its Parquet footer; 0 if unreadable or missing)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.read_metadata(_root(runs_dir) / run_id / TRAJECTORIES).num_rows)
+    except Exception:  # noqa: BLE001 - the runs table reports unreadable files
+        return 0
 
 
 def load_trajectory(runs_dir: str | os.PathLike, run_id: str, row: int) -> Trajectory:
-    """One full trajectory (turns included) of a run, by its ``row`` in :func:`run_trajectories`."""
-    import duckdb
+    """One full trajectory (turns included) of a run, by its ``row`` in :func:`run_trajectories`
+    (only the Parquet row group that holds it is read)."""
+    from workbench.trajectory_store import read_rows
 
-    path = _root(runs_dir) / run_id / TRAJECTORIES
-    sql = "SELECT * EXCLUDE (file_row_number) FROM read_parquet(?, file_row_number=true) WHERE file_row_number = ?"
-    rows = duckdb.connect().execute(sql, [str(path), int(row)]).df()
-    if rows.empty:
-        raise KeyError(f"no trajectory at row {row} of {path}")
-    return Trajectory.from_row(rows.iloc[0].to_dict())
+    return Trajectory.from_row(read_rows(_root(runs_dir) / run_id / TRAJECTORIES, [int(row)])[0])
 
 
 # --------------------------------------------------------------------------- JSON files (Python)

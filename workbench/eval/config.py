@@ -20,7 +20,7 @@ import ast
 import functools
 import inspect
 import textwrap
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +38,26 @@ def valid_methods() -> list[str]:
     return sorted(set(method_names()) | set(protocol_names()))
 
 
+def protocol_takes(method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The items of ``kwargs`` the protocol of ``method`` (a method or protocol name, ``+lora`` allowed)
+    takes as constructor arguments."""
+    from workbench.methods import discover
+    from workbench.protocols.base import PROTOCOLS, get_protocol
+
+    base = method[: -len("+lora")] if method.endswith("+lora") else method
+    methods = discover()
+    name = methods[base].protocol if base in methods else base
+    get_protocol(name)  # registered (or a one-line error for an unknown name)
+    out = {}
+    for k, v in kwargs.items():  # a constructor with **kwargs passes them on: try each one
+        try:
+            PROTOCOLS[name](**{k: v})
+        except TypeError:
+            continue
+        out[k] = v
+    return out
+
+
 def parse_methods(methods: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``"direct,search_r1"`` or a list -> a tuple of known method names (order kept, repeats dropped).
 
@@ -50,8 +70,10 @@ def parse_methods(methods: str | list[str] | tuple[str, ...]) -> tuple[str, ...]
     if not names:
         raise ValueError(f"no method given; valid methods: {', '.join(valid)}")
     for name in names:
-        if name not in valid:
-            raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(valid)}")
+        base = name[: -len("+lora")] if name.endswith("+lora") else name  # eval.adapters.TRAINED
+        if base not in valid:
+            raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(valid)} "
+                             "(each also as NAME+lora: with the --adapter)")
     return tuple(names)
 
 
@@ -120,6 +142,16 @@ class EvalConfig:
     """Skip (with a message) methods whose tools the dataset cannot provide (e.g. dynasearcher's
     knowledge graph outside the world) instead of stopping with an error."""
 
+    protocol_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Protocol arguments over each method's declared ones, for the methods whose protocol takes them, e.g.
+    ``{"observation_mode": "chat"}`` (observations as user turns: what ``workbench train`` and ``sft`` use by
+    default, so an adapter trained there is evaluated on the layout it learned)."""
+
+    adapter: str | None = None
+    """A trained LoRA adapter (an adapter directory, or an sft/train run: its newest checkpoint). Methods
+    named ``M+lora`` are rolled out with it, plain ``M`` with it disabled: ``--method search_r1,search_r1+lora``
+    compares trained and untrained in one run."""
+
     allow_pickle_weights: bool = False
     """Load a model directory that has only pickle weights (``pytorch_model.bin``). Pickle files can run
     code when loaded: only for files you trust (default: safetensors only)."""
@@ -143,6 +175,31 @@ class EvalConfig:
             self.kg = (self.kg,)
         if self.kg is not None:
             self.kg = tuple(str(k) for k in self.kg) or None
+        if isinstance(self.protocol_kwargs, str):
+            import json
+
+            try:
+                self.protocol_kwargs = json.loads(self.protocol_kwargs or "{}")
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--protocol-kwargs is not JSON ({e}): e.g. '{{\"observation_mode\": \"chat\"}}'") from None
+        if not isinstance(self.protocol_kwargs, dict):
+            raise ValueError(f"--protocol-kwargs must be a JSON object, got {self.protocol_kwargs!r}")
+        if self.protocol_kwargs:
+            used = {k for m in self.methods for k in protocol_takes(m, self.protocol_kwargs)}
+            unused = sorted(set(self.protocol_kwargs) - used)
+            if unused:
+                raise ValueError(f"--protocol-kwargs {unused} is taken by none of the methods {', '.join(self.methods)}"
+                                 " (workbench methods NAME shows a method's protocol arguments)")
+        lora = [m for m in self.methods if m.endswith("+lora")]
+        if lora and not self.adapter:
+            raise ValueError(f"method {lora[0]!r} needs --adapter DIR (a LoRA adapter or an sft/train run)")
+        if self.adapter and not lora:
+            raise ValueError(f"--adapter {self.adapter} is given but no method is named M+lora to use it "
+                             "(e.g. --method search_r1,search_r1+lora)")
+        if self.adapter:
+            from workbench.eval.adapters import resolve_adapter
+
+            resolve_adapter(self.adapter)  # a bad path fails now, before any data or model is loaded
         self.rollout_config()  # validates group_size, max_turns, max_new_tokens, temperature
 
     def rollout_config(self, max_turns: int | None = None) -> RolloutConfig:

@@ -11,17 +11,34 @@ from workbench.runs import Run
 METRIC_COLUMNS = ["em", "cem", "f1", "format_ok"]
 
 
+#: Columns :func:`trajectory_table` never reads: token ids, logprobs and the texts of the prompt and turns
+#: (~15 kB a trajectory; a view reads a trajectory's text when it shows it).
+HEAVY_COLUMNS = ("prompt_ids", "response_ids", "response_loss_mask", "response_logprobs", "turns_json", "prompt_text",
+                 "response_text")
+#: Keys of ``meta_json`` that become columns (typed columns of newer files win).
+META_KEYS = {"dataset": "VARCHAR", "hops": "BIGINT", "qtype": "VARCHAR"}
+
+
 def trajectory_table(run: Run) -> pd.DataFrame:
-    """One row per trajectory with scalar columns (no token lists): what filters and tables use."""
-    df = run.trajectories_frame()
-    drop = [c for c in ("prompt_ids", "response_ids", "response_loss_mask", "response_logprobs", "turns_json", "prompt_text") if c in df]
-    df = df.drop(columns=drop)
-    if "method" not in df:
-        df["method"] = df["protocol"]
-    meta = df.pop("meta_json").map(_loads) if "meta_json" in df else None
-    if meta is not None:
-        for key in ("dataset", "hops", "qtype"):
-            df[key] = meta.map(lambda m, k=key: m.get(k))
+    """One row per trajectory with scalar columns (no token lists, no prompt or turn text): what filters and
+    tables use. Only those columns are read from ``trajectories.parquet`` (DuckDB), so a big run stays cheap."""
+    from workbench.runs import TRAJECTORIES
+    from workbench.trajectory_store import _quote, cursor, file_columns
+
+    path = run.file(TRAJECTORIES)
+    have = file_columns(path)
+    select = [f'"{c}"' for c in have if c not in HEAVY_COLUMNS and c != "meta_json"]
+    if "method" not in have:
+        select.append('"protocol" AS "method"')
+    for key, sql_type in META_KEYS.items():
+        typed = f'CAST("{key}" AS {sql_type})' if key in have else None
+        js = f"TRY_CAST(json_extract_string(meta_json, '$.{key}') AS {sql_type})" if "meta_json" in have else None
+        parts = [x for x in (typed, js) if x]
+        if parts:
+            select = [c for c in select if c != f'"{key}"'] + [f'COALESCE({", ".join(parts)}) AS "{key}"']
+    df = cursor().execute(f"SELECT {', '.join(select)} FROM read_parquet({_quote(path)})").df()
+    if "hops" in df:
+        df["hops"] = df["hops"].astype("Int64")
     return df
 
 
@@ -42,15 +59,6 @@ def overview_metrics(df: pd.DataFrame) -> dict[str, Any]:
         metrics[f"{method}.searches"] = float(g["n_searches"].mean())
         metrics[f"{method}.search_share"] = float((g["n_searches"] > 0).mean())
     return metrics
-
-
-def _loads(s: str) -> dict[str, Any]:
-    import json
-
-    try:
-        return json.loads(s) if s else {}
-    except json.JSONDecodeError:
-        return {}
 
 
 def runs_overview_metrics(runs_dir: str | Any) -> dict[str, Any]:

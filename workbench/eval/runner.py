@@ -163,17 +163,22 @@ class EvalResult:
         return float(sum(t.tool_latency_s for t in self.trajectories))
 
 
-def resolve_method(method: str | Protocol) -> tuple[str, Protocol]:
+def resolve_method(method: str | Protocol, protocol_kwargs: dict[str, Any] | None = None) -> tuple[str, Protocol]:
     """``(label, protocol)`` for a method name (its declared protocol and arguments), a bare protocol
-    name, or a Protocol instance."""
+    name, or a Protocol instance. ``protocol_kwargs`` go on top, those the protocol's constructor takes
+    (``{"observation_mode": "chat"}`` leaves ``direct`` alone)."""
     if isinstance(method, Protocol):
         return method.name, method
+    from workbench.eval.adapters import split_method
+    from workbench.eval.config import protocol_takes
     from workbench.methods import discover
 
+    label, method = method, split_method(method)[0]
     methods = discover()
+    extra = protocol_takes(method, protocol_kwargs or {})
     if method in methods:
-        return method, methods[method].get_protocol()
-    return method, get_protocol(method)
+        return label, methods[method].get_protocol(**extra)
+    return label, get_protocol(method, **extra)
 
 
 def evaluate(
@@ -184,13 +189,15 @@ def evaluate(
     config: RolloutConfig | None = None,
     progress: bool = True,
     meta: dict[str, Any] | None = None,
+    protocol_kwargs: dict[str, Any] | None = None,
 ) -> EvalResult:
     """Roll out ``method`` (a method name, a protocol name or a Protocol) on ``examples`` and score it.
 
     ``toolbox`` is one Toolbox for all questions, or a function ``example -> Toolbox`` giving each
     question its own tools (``--corpus per-question``); then each question is rolled out on its own.
+    ``protocol_kwargs`` go over the method's declared protocol arguments (:func:`resolve_method`).
     """
-    label, protocol = resolve_method(method)
+    label, protocol = resolve_method(method, protocol_kwargs)
     factory = toolbox if toolbox is not None and not isinstance(toolbox, Toolbox) else None
     if factory is not None:
         toolbox = factory(examples[0]) if examples else Toolbox()
@@ -231,7 +238,9 @@ def write_eval_run(
     reward playground and the dashboard read."""
     trajs = [t for r in results for t in r.trajectories]
     rows = [row for r in results for row in r.rows]
-    extra = {k: [row[k] for row in rows] for k in ("em", "cem", "cem_strict", "f1", "format_ok", "demo_leak")}
+    extra = {k: [row[k] for row in rows] for k in ("em", "cem", "cem_strict", "f1")}
+    for k in ("format_ok", "demo_leak"):  # flags: bool columns (NULL for a failed trajectory), as training writes them
+        extra[k] = [None if row[k] is None or row[k] != row[k] else bool(row[k]) for row in rows]
     extra["method"] = [t.meta.get("method", t.protocol) for t in trajs]
     run.write_trajectories(trajs, extra_columns=extra)
     run.write_examples(examples)
@@ -250,10 +259,16 @@ def write_eval_run(
     run.write_metrics(metrics)
     run.update_config(methods={r.method: r.config for r in results})
     if features:
+        from workbench.eval.adapters import split_method
         from workbench.rewards.features import compute_features, save_features
+        from workbench.rewards.run_rewards import add_rewards, method_rubric
 
         t0 = time.perf_counter()
-        save_features(run, compute_features(trajs, examples, encoder=False, cache=False), FEATURES_FILE)
+        # each method's own preset beside its rows ("search_r1+lora" is scored as search_r1)
+        rubrics = {r.method: method_rubric(split_method(r.method)[0]) for r in results}
+        feats = compute_features(trajs, examples, encoder=False, cache=False)
+        save_features(run, add_rewards(feats, [rubrics[r.method] for r in results for _ in r.trajectories]),
+                      FEATURES_FILE)
         metrics.setdefault("timings", {})["features_s"] = time.perf_counter() - t0
         run.write_metrics(metrics)
     return run
@@ -407,13 +422,13 @@ def load_eval_data(cfg: EvalConfig) -> EvalData:
     return data
 
 
-def missing_tools(method: str, data: EvalData) -> list[str]:
+def missing_tools(method: str, data: EvalData, protocol_kwargs: dict[str, Any] | None = None) -> list[str]:
     """Why each tool ``method`` needs cannot be built from ``data`` (empty: all available)."""
     from workbench.tools.toolbox import ToolContext, unavailable_tools
 
     ctx = ToolContext(world=data.world, corpus=list(data.passages or []), kg=data.kg)
     out = []
-    for tool, needs in unavailable_tools(resolve_method(method)[1], ctx):
+    for tool, needs in unavailable_tools(resolve_method(method, protocol_kwargs)[1], ctx):
         if tool == "kg":
             out.append(f"the 'kg' tool needs {needs}: pass --kg FILE... (Wikidata5M, CoDEx or FB15k-237 triples "
                        f"with their label files), or use --dataset world; dataset {data.dataset!r} has none")
@@ -480,7 +495,7 @@ def run_eval(
 
     runnable = []
     for m in cfg.methods:
-        why = missing_tools(m, data)
+        why = missing_tools(m, data, cfg.protocol_kwargs)
         if not why:
             runnable.append(m)
             continue
@@ -497,14 +512,21 @@ def run_eval(
         from workbench.rollout.backends.hf import HFBackend
 
         policy, tokenizer = load_policy(cfg.model, device=cfg.device, allow_pickle=cfg.allow_pickle_weights or None)
-        backend = HFBackend(policy, tokenizer)
         n_params = sum(p.numel() for p in policy.parameters()) / 1e6
-        what = f"{cfg.model} ({n_params:.1f}M parameters, {backend.device})"
+        what = f"{cfg.model} ({n_params:.1f}M parameters"
+        if cfg.adapter:
+            from workbench.eval.adapters import attach_adapter, resolve_adapter
+
+            policy = attach_adapter(policy, cfg.adapter)
+            what += f", LoRA adapter {resolve_adapter(cfg.adapter)} for the +lora methods"
+        backend = HFBackend(policy, tokenizer)
+        what += f", {backend.device})"
     else:
         what = f"{model_name} (given backend)"
     timings["model_s"] = time.perf_counter() - t0
     _say(log, f"[model] {what} ({timings['model_s']:.1f}s)")
 
+    from workbench.eval.adapters import adapter_state, split_method
     from workbench.tools.toolbox import build_toolbox
 
     def make_toolbox(proto: Protocol, passages: list[Passage] | None) -> Toolbox:
@@ -519,7 +541,7 @@ def run_eval(
     toolboxes: dict[tuple[str, ...], Toolbox | Callable[[Example], Toolbox]] = {}
     t0 = time.perf_counter()
     for m in runnable:
-        proto = resolve_method(m)[1]
+        proto = resolve_method(m, cfg.protocol_kwargs)[1]
         need = tuple(sorted(proto.required_tools))
         if need in toolboxes:
             continue
@@ -539,10 +561,12 @@ def run_eval(
     _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(runnable)}")
     results = []
     for m in runnable:
-        protocol = resolve_method(m)[1]
+        protocol = resolve_method(m, cfg.protocol_kwargs)[1]
         rc = cfg.rollout_config(max_turns=1 if not protocol.required_tools else None)
         tb = toolboxes[tuple(sorted(protocol.required_tools))]
-        results.append(evaluate(m, data.examples, backend, tb, rc, progress=progress, meta={"model": model_name}))
+        with adapter_state(getattr(backend, "model", None), split_method(m)[1]):
+            results.append(evaluate(m, data.examples, backend, tb, rc, progress=progress, meta={"model": model_name},
+                                    protocol_kwargs=cfg.protocol_kwargs))
         _say(log, f"       {m}: {results[-1].seconds:.1f}s")
     timings["eval_s"] = sum(r.seconds for r in results)
 

@@ -81,15 +81,20 @@ def import_args(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
         "examples:\n"
-        "  workbench import verl /ckpt/rollouts --method search_r1 --metrics train.log\n"
+        "  workbench import verl exports/search_r1 --method search_r1     # an export dir: rollouts/, validation/, metrics.jsonl\n"
+        "  workbench import verl /ckpt/rollouts --method search_r1 --validation-dir /ckpt/val --metrics train.log\n"
         "reads verl's trainer.rollout_data_dir / validation_data_dir dumps (<step>.jsonl with input, output,\n"
-        "score, gts, step) and its metrics (console log or JSONL) into a workbench run."
+        "gts, score, step and the reward's components) and its metrics (file-logger JSONL or console log) into a\n"
+        "workbench run (kind train) that the inspector, playground and dashboard open."
     )
     p.add_argument("source", choices=("verl",), help="the engine the run comes from")
-    p.add_argument("dir", help="rollout_data_dir (or a directory holding it and validation_data_dir)")
+    p.add_argument("dir", help="rollout_data_dir, or the export directory holding rollouts/ and validation/")
     p.add_argument("--method", required=True, help="the method whose protocol parses the responses")
     p.add_argument("--validation-dir", default=None, help="validation_data_dir, if not inside DIR")
-    p.add_argument("--metrics", default=None, help="verl's console log or a JSONL of {step, metric: value} lines")
+    p.add_argument("--metrics", default=None, help="verl's console log or file-logger JSONL (default: DIR/metrics.jsonl "
+                   "or DIR/train.log if there)")
+    p.add_argument("--corpus", default=None, help="corpus passage ids resolve against (default: the export's, else none)")
+    p.add_argument("--no-features", action="store_true", help="skip the features table (large runs)")
     p.add_argument("--out", default=None, help="runs root (default: runs/ or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: verl-<method>)")
 
@@ -98,6 +103,8 @@ def import_command(args: argparse.Namespace) -> int:
     from workbench.integrations.verl.importer import import_verl
 
     run = import_verl(args.dir, args.method, validation_dir=args.validation_dir, metrics=args.metrics,
-                      out=args.out, name=args.name)
-    print(f"run {run.path}")
+                      out=args.out, name=args.name, corpus=args.corpus, features=not args.no_features)
+    n = run.metrics()
+    print(f"run {run.path}: {n['n_trajectories']} trajectories over {n['steps']} step(s)"
+          + (f"; notes: {'; '.join(n['notes'])}" if n["notes"] else ""))
     return 0

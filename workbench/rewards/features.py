@@ -9,8 +9,7 @@ a :class:`FeatureCache` (sqlite under ``cache_dir()/"features"``) keyed by a has
 inputs (model id + text or prompt), so recomputing a table only pays for what changed.
 
 Missing inputs are NaN, never 0 (an unwritten flag, no gold, unannotated hops, no encoder, a
-failed judgment). A trajectory that never answered is not missing: its
-answer is wrong (EM = F1 = 0, ``L_pred`` = 0).
+failed judgment). A trajectory that never answered is not missing: its answer is wrong (EM = F1 = 0).
 
 Failures are recorded, never scored as answers (:data:`FAILURE_COLUMNS`). A trajectory whose
 policy turn failed in the backend (``backend_error``) or whose tool call raised or timed out
@@ -31,7 +30,6 @@ there, without editing this module.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,16 +41,15 @@ import pandas as pd
 
 from workbench.data.example import Example, as_example
 from workbench.rewards import columns
+from workbench.rewards.answer_checks import answer_checks
 from workbench.rewards.cache import FeatureCache, as_cache, cache_key
 from workbench.rewards.embeddings import embed, encoder_id, pairwise_similarity, resolve_encoder
 from workbench.rewards.feature_io import FEATURES_FILE, load_features, save_features  # noqa: F401
 from workbench.rewards.metrics import (
     cover_exact_match,
-    demo_leak,
     exact_match,
     f1_score,
-    in_context_answers,
-    multi_option,
+    matching_gold,
     normalize_answer,
     word_count,
 )
@@ -335,7 +332,7 @@ def _cheap(r: _Row) -> dict[str, Any]:
     nan = float("nan")
     if has_gold:
         em, cem, f1 = exact_match(t.answer, r.golds), cover_exact_match(t.answer, r.golds), f1_score(t.answer, r.golds)
-        L_gt = float(word_count(r.golds[0]))  # the first alias is the canonical answer
+        L_gt = float(word_count(matching_gold(t.answer, r.golds)))  # the alias the answer matches best
     else:
         em = cem = f1 = L_gt = nan
     queries = t.queries
@@ -360,7 +357,7 @@ def _cheap(r: _Row) -> dict[str, Any]:
         "failed_judge": 0.0, "failed_evidence": 0.0, "failure": "\n".join(trajectory_failures(t)) or None,
     }
     out.update(_recall_exact(r))
-    out.update(_answer_checks(r))
+    out.update(answer_checks(r.traj, r.golds))
     return out
 
 
@@ -387,35 +384,6 @@ def _recall_exact(r: _Row) -> dict[str, Any]:
 def _by_id(r: _Row) -> bool:
     """Recall is matched by id: the example has gold passage ids and every hit carries one (no hits: nothing matched)."""
     return bool(r.gold_ids) and all(h.get("id") for h in r.hits)
-
-
-def _answer_checks(r: _Row) -> dict[str, float]:
-    """``multi_option`` (an answer naming several options of a choice question) and ``demo_leak`` (an answer
-    shown in the prompt, copied)."""
-    t = r.traj
-    return {"multi_option": multi_option(t.answer, t.question, r.golds),
-            "demo_leak": demo_leak(t.answer, _prompt_answers(t), r.golds)}
-
-
-def _prompt_answers(t: Trajectory) -> list[str]:
-    """The answers shown in the trajectory's prompt; from the protocol's own prompt when the prompt text
-    was not kept (trajectories rebuilt from text)."""
-    if t.prompt_text:
-        return in_context_answers(t.prompt_text)
-    return list(_protocol_answers(t.protocol))
-
-
-@functools.lru_cache(maxsize=64)
-def _protocol_answers(name: str) -> tuple[str, ...]:
-    from workbench.data.example import Example
-    from workbench.protocols.base import get_protocol
-
-    try:
-        proto = get_protocol(name)
-    except ValueError:  # a protocol this process does not know: nothing to compare with
-        return ()
-    msgs = proto.messages(Example(id="probe", question="", answers=[]))
-    return tuple(in_context_answers("\n".join(m["content"] for m in msgs)))
 
 
 # ============================================================================= embedding features
@@ -583,7 +551,7 @@ def _frame(records: list[dict[str, Any]], extra: Sequence[str] = ()) -> pd.DataF
         dtype = columns.column_dtype(c)
         if dtype == "int":
             data[c] = np.array([int(v or 0) for v in vals], dtype=np.int64)
-        elif dtype == "float" or (c.startswith("judge_") and not c.endswith("_raw")):
+        elif dtype in ("float", "count", "bool") or (c.startswith("judge_") and not c.endswith("_raw")):
             data[c] = np.array([np.nan if v is None else float(v) for v in vals], dtype=np.float64)
         else:
             data[c] = pd.Series(vals, dtype=object)

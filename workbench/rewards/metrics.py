@@ -116,6 +116,28 @@ def f1_score(pred: str | None, golds: str | Iterable[str] | None) -> float:
     return max((_f1(str(pred), g) for g in _golds(golds)), default=0.0)
 
 
+def matching_gold(pred: str | None, golds: str | Iterable[str] | None) -> str | None:
+    """The gold alias a prediction is judged against: the one it matches best (None without golds).
+
+    Best is cover-EM first, then F1, then the shorter alias; with no answer, or no alias matching at
+    all, the first alias (the canonical answer). DynaSearcher Eq. 2 takes ``L_gt`` from this alias, so
+    the reward does not depend on the order the aliases are listed in.
+
+    >>> matching_gold("Paris", ["City of Paris, France", "Paris"])
+    'Paris'
+    >>> matching_gold(None, ["Paris", "City of Paris"])
+    'Paris'
+    """
+    gs = _golds(golds)
+    if not gs:
+        return None
+    if pred is None:
+        return gs[0]
+    scored = [(cover_exact_match(pred, [g]), _f1(str(pred), g), -word_count(g), -i) for i, g in enumerate(gs)]
+    best = max(range(len(gs)), key=lambda i: scored[i])
+    return gs[best] if scored[best][0] or scored[best][1] else gs[0]
+
+
 def word_count(s: str | None) -> int:
     """Words in the normalized string (the L of DynaSearcher Eq. 2)."""
     return len(normalize_answer(s).split())
@@ -207,6 +229,68 @@ def multi_option(pred: str | None, question: str | None, golds: str | Iterable[s
     if any(sum(_contains(g, o) for o in opts) > 1 for g in _golds(golds)):
         return 0.0
     return float(sum(_contains(str(pred), o) for o in opts) > 1)
+
+
+# ============================================================================= multiple-choice questions
+
+#: An option label where an option starts: "A.", "A)", "(A)", "A:" at the start of a line or after whitespace.
+_OPTION_LABEL = re.compile(r"(?:^|(?<=\s))\(?([A-H])[.):]\)?\s+", re.MULTILINE)
+#: A label written in an answer: a lone capital letter, optionally in parentheses or followed by "." or ")".
+_ANSWER_LABEL = re.compile(r"(?<![A-Za-z])\(?([A-H])(?:[.):]|\)|(?![A-Za-z']))")
+
+
+def choice_options(question: str | None) -> dict[str, str]:
+    """The lettered options of a multiple-choice question ("... A. Paris B. Lyon C. Nice"), label → text;
+    {} for a question with fewer than two, or labels out of order (A, B, C, ...).
+
+    >>> choice_options("Which are French cities? A. Paris B. Berlin (C) Lyon")
+    {'A': 'Paris', 'B': 'Berlin', 'C': 'Lyon'}
+    >>> choice_options("Who directed Free Guy?")
+    {}
+    """
+    if not question:
+        return {}
+    marks = list(_OPTION_LABEL.finditer(question))
+    # Keep the run of labels A, B, C, ... (a stray "I." earlier in the text is not an option).
+    start = next((i for i, m in enumerate(marks) if m.group(1) == "A"), None)
+    if start is None:
+        return {}
+    run = [marks[start]]
+    for m in marks[start + 1:]:
+        if ord(m.group(1)) == ord(run[-1].group(1)) + 1:
+            run.append(m)
+    if len(run) < 2:
+        return {}
+    ends = [m.start() for m in run[1:]] + [len(question)]
+    return {m.group(1): question[m.end():e].strip().rstrip(";,") for m, e in zip(run, ends)}
+
+
+def _option_set(text: str, options: dict[str, str]) -> set[str]:
+    """Option labels an answer or gold names: its labels, else the options whose text it contains."""
+    labels = {m.group(1) for m in _ANSWER_LABEL.finditer(text) if m.group(1) in options}
+    if labels:
+        return labels
+    return {k for k, v in options.items() if _contains(text, v)}
+
+
+def option_set_f1(pred: str | None, golds: str | Iterable[str] | None, question: str | None) -> float:
+    """F1 between the predicted and the correct option sets of a multiple-choice question (R-Search
+    NL-DAG, paper 003: "for multiple choice questions, F1 scores are calculated between the predicted and
+    correct option sets"); NaN for a question without lettered options or a gold naming none; 0 for no answer.
+    Labels ("A, C") and option texts both count; the best gold alias is used.
+
+    >>> q = "Which are French cities? A. Paris B. Berlin C. Lyon D. Rome"
+    >>> option_set_f1("A and C", ["A, C"], q), option_set_f1("(A)", ["A, C"], q), option_set_f1("Paris", ["A"], q)
+    (1.0, 0.6666666666666666, 1.0)
+    """
+    options = choice_options(question)
+    gold_sets = [g for g in (_option_set(x, options) for x in _golds(golds)) if g] if options else []
+    if not gold_sets:
+        return float("nan")
+    if pred is None:
+        return 0.0
+    p = _option_set(str(pred), options)
+    return max((2 * len(p & g) / (len(p) + len(g)) for g in gold_sets), default=0.0)
 
 
 # ============================================================================= few-shot leakage

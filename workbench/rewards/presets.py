@@ -219,9 +219,14 @@ def F_ans(c: Columns, *, answer_source: str = "auto", fallback: str = "f1") -> n
     """Shi & Shen Eq. 3: ``F_ans`` = the judge's similarity in [0, 1] (``judge_similarity``).
 
     ``answer_source="auto"`` uses the judge column when the table has one, else
-    ``fallback`` (F1 by default); a failed judgment (NaN) stays missing.
+    ``fallback`` (F1 by default); a failed judgment (NaN) stays missing. On multiple-choice questions
+    (lettered options) ``auto`` uses the F1 between option sets (``option_f1``), as the paper does.
     """
-    return answer_score(c, answer_source, "judge_similarity", fallback)
+    score = answer_score(c, answer_source, "judge_similarity", fallback)
+    if answer_source == "auto" and c.has("option_f1"):
+        mc = c["option_f1"]
+        score = np.where(np.isnan(mc), score, mc)
+    return score
 
 
 def rsearch_dag(**kw: Any) -> Rubric:

@@ -80,6 +80,19 @@ def token_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     return torch.exp(log_ratio(logp, old_logp, mask))
 
 
+def truncated_is_weights(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, cap: float) -> Tensor:
+    """Truncated importance sampling weights ``w_t = min(π_old(y_t) / π_rollout(y_t), C)``, detached; 1 off
+    the mask and where the rollout logprob is missing (NaN). Yao et al. (2025), "Your efficient RL framework
+    secretly brings you off-policy RL training" (verl's ``tis_imp_ratio_cap``): the rollout engine's
+    sampling distribution differs from the trainer's, so each token's policy-gradient term is reweighted.
+
+    >>> truncated_is_weights(torch.tensor([[0.0, 0.0]]), torch.tensor([[-1.0, 0.5]]), torch.ones(1, 2), 2.0)
+    tensor([[2.0000, 0.6065]])
+    """
+    m = mask.bool() & torch.isfinite(rollout_logp)
+    return torch.exp(log_ratio(old_logp, torch.nan_to_num(rollout_logp), m)).clamp(max=cap).detach()
+
+
 def sequence_log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     """``log s_i = (1/|y_i|) Σ_{t∈policy} (log π_θ − log π_old)`` (DSPO Eq. 6, GSPO). ``(B,)``.
 
@@ -383,7 +396,7 @@ def approx_kl(logp: Tensor, old_logp: Tensor, mask: Tensor, global_tokens: int |
 # ---------------------------------------------------------------------------- composition
 def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, advantages: Tensor, mask: Tensor,
                 cfg: LossConfig, global_tokens: int | None = None, global_seqs: int | None = None,
-                step: int = 0) -> tuple[Tensor, dict[str, float]]:
+                step: int = 0, is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """The loss of ``cfg`` on one (micro-)batch: the surrogate ``cfg.surrogate`` (:data:`SURROGATES`)
     + β·KL with ``cfg.kl_estimator`` (:data:`KL_ESTIMATORS`), both reduced with ``cfg.agg``.
     Returns ``(loss, stats)``.
@@ -398,6 +411,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
         global_tokens, global_seqs: counts of the whole mini-batch (see :func:`normalizers`;
             with ``cfg.empty_seqs="count"`` pass the number of rows as ``global_seqs``).
         step: training step (0-based), for an annealed β (:meth:`LossConfig.kl_coef_at`).
+        is_weights: ``(B, T)`` per-token weights of the surrogate (no gradient), e.g.
+            :func:`truncated_is_weights`; None = 1.
 
     ``stats`` values are floats. ``loss``, ``pg_loss``, ``kl``, ``clip_frac``, ``approx_kl``,
     ``ratio_mean`` and ``n_tokens`` add up over micro-batches when the global counts are given;
@@ -411,6 +426,9 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
     if cfg.surrogate not in SURROGATES:
         raise ValueError(f"unknown surrogate {cfg.surrogate!r}; choose one of: {', '.join(SURROGATES)}")
     pg, ratio = SURROGATES[cfg.surrogate](logp, old, m, advantages, cfg)
+    if is_weights is not None:
+        _check(logp, is_weights)
+        pg = pg * is_weights.detach()
     count_empty = cfg.empty_seqs == "count"
 
     def agg(x: Tensor) -> Tensor:

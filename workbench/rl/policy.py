@@ -282,22 +282,28 @@ class LoRAPolicy:
             return lm_head
         return lambda h: torch.tanh(_upcast(lm_head(h)) / cap) * cap  # gemma2-style soft-capping
 
-    def _hidden(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    def _hidden(self, input_ids: Tensor, attention_mask: Tensor, prefix_len: int = 0) -> Tensor:
         lm = self.base
         body = getattr(lm, lm.base_model_prefix)
+        if prefix_len > 0:  # rows share their first prefix_len tokens: run them once (workbench.rl.shared_prefix)
+            from workbench.rl.shared_prefix import shared_prefix_hidden
+
+            return shared_prefix_hidden(body, input_ids, attention_mask, prefix_len)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # right or left padding alike
         out = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
     def logprobs(self, input_ids: Tensor, attention_mask: Tensor | None = None, target_mask: Tensor | None = None,
-                 chunk_size: int = 512, with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                 chunk_size: int = 512, with_entropy: bool = False, prefix_len: int = 0) -> Tensor | tuple[Tensor, Tensor]:
         """log π_θ of each target token, ``(B, T)`` float32 (float64 for a float64 model), aligned with ``input_ids``.
 
         Column t is ``log π(input_ids[:, t] | input_ids[:, :t])``, from the hidden state at t − 1.
         Only positions in ``target_mask`` (default: every real token but the first) go through
         the head; the others are 0. Pass ``batch.loss_mask`` to compute policy tokens only.
         Differentiable w.r.t. the adapter when grad is enabled. ``with_entropy`` also returns the
-        ``(B, T)`` entropy of the predicted distribution at the same positions.
+        ``(B, T)`` entropy of the predicted distribution at the same positions. ``prefix_len > 0``: the
+        right-padded rows share their first ``prefix_len`` tokens (a group's prompt), which are run once
+        (:mod:`workbench.rl.shared_prefix`; same values and gradients, less work).
         """
         B, T = input_ids.shape  # sequences, tokens
         dev = self.device
@@ -310,7 +316,7 @@ class LoRAPolicy:
             tm = target_mask.to(dev).bool() & am.bool()
             if tm[:, 0].any():
                 raise ValueError("target_mask[:, 0] is set, but nothing predicts the first token of a sequence")
-        h = self._hidden(ids, am)  # (B, T, H)
+        h = self._hidden(ids, am, prefix_len)  # (B, T, H)
         b_idx, t_idx = tm.nonzero(as_tuple=True)
         res = selective_logprobs(h[b_idx, t_idx - 1], self._head(), ids[b_idx, t_idx], chunk_size, with_entropy)
         lp, ent = res if with_entropy else (res, None)
@@ -337,6 +343,7 @@ class LoRAPolicy:
         for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
             if not (d / name).exists():
                 raise RuntimeError(f"save_adapter: peft did not write {d / name}")
+            (d / name).chmod(0o644)  # safetensors writes 0600: a colleague or a web server must read a run
         # the base model by its alias or HF id, not this machine's cache path (set after saving: peft
         # looks the name up while saving, which would try the hub for an alias)
         cfg = json.loads((d / ADAPTER_CONFIG).read_text())

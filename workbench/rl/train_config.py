@@ -84,6 +84,10 @@ class TrainConfig:
     """Max global gradient norm (0 = no clipping)."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation; does not change the gradient)."""
+    micro_batching: str = "bucket"
+    """How rows form micro-batches (none changes the gradient): ``sequential`` (batch order), ``bucket`` (sorted
+    by length: less padding), ``shared_prefix`` (one group's rows together, their shared prompt run once with
+    gradient: ``workbench.rl.shared_prefix``)."""
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
@@ -119,6 +123,23 @@ class TrainConfig:
     max_failed_share: float = 0.5
     """Stop with an error when more than this share of a step's trajectories have a failed (NaN)
     reward (a judge, tool or backend that failed); failed ones get advantage 0 until then."""
+
+    rollout_backend: str = "hf"
+    """What generates the rollouts (``workbench.rl.rollout_sync``): ``hf`` (the trained model in this process),
+    ``openai`` (an OpenAI-compatible server at ``server`` that loads LoRA adapters at run time: vLLM with
+    --enable-lora, or ``python -m workbench.rollout.server --enable-lora``; the adapter is saved and loaded there
+    whenever it changed), ``vllm`` (a colocated vllm.LLM with enable_lora, a new LoRARequest per adapter; needs
+    CUDA; not yet run on hardware)."""
+    server: str | None = None
+    """Base URL of the rollout server for ``rollout_backend="openai"``, e.g. ``http://127.0.0.1:8000/v1``; the
+    adapter directories it is asked to load must be readable there."""
+    rollout_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra arguments of the rollout backend: ``HFBackend`` (batch_size...), ``OpenAIBackend`` (api_key,
+    timeout_s, concurrency, model...) or ``VLLMBackend`` (gpu_memory_utilization, max_model_len...)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (Yao et al. 2025; verl's ``tis_imp_ratio_cap``): each policy token's
+    surrogate is weighted by min(π_trainer / π_rollout, tis_cap), correcting for the rollout engine's numerics
+    (None = off; 2.0 is verl's example value)."""
 
     seed: int = 0
     save_every: int = 10
@@ -174,6 +195,24 @@ class TrainConfig:
         if self.stage_switch_step is not None and self.stage_switch_step < 1:
             raise bad("stage_switch_step", f"must be >= 1, got {self.stage_switch_step}")
         self.loss_config()  # validates the optimizer mix with LossConfig's own messages
+        self._check_engines(bad)
+
+    def _check_engines(self, bad: Any) -> None:
+        from workbench.rl.rollout_sync import ROLLOUT_BACKENDS
+        from workbench.rl.update import MICRO_BATCHING
+
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise bad("rollout_backend", f"{self.rollout_backend!r} is not one of {ROLLOUT_BACKENDS}")
+        if self.rollout_backend == "openai" and not self.server:
+            raise bad("server", "rollout_backend='openai' needs the server's URL (--server http://127.0.0.1:8000/v1; "
+                      "start one with `python -m workbench.rollout.server --enable-lora`)")
+        if self.server and self.rollout_backend != "openai":
+            raise bad("server", f"a server URL is only used with rollout_backend='openai' (got {self.rollout_backend!r}); "
+                      "add --rollout-backend openai or drop --server")
+        if self.micro_batching not in MICRO_BATCHING:
+            raise bad("micro_batching", f"{self.micro_batching!r} is not one of {MICRO_BATCHING}")
+        if self.tis_cap is not None and not self.tis_cap >= 1.0:
+            raise bad("tis_cap", f"must be >= 1 (weights are capped at it; None = off), got {self.tis_cap}")
 
     # ------------------------------------------------------------------ derived
     def loss_config(self) -> LossConfig:

@@ -49,7 +49,6 @@ from workbench.rl.checkpoint import load_checkpoint as _load_checkpoint
 from workbench.rl.checkpoint import save_checkpoint as _save_checkpoint
 from workbench.rl.data_stream import DataStream, split_examples
 from workbench.rl.distributed import all_reduce_grads, all_reduce_sum, maybe_init_distributed
-from workbench.rl.losses import policy_loss
 from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported)
     FailedRewardsError,
     StepBatch,
@@ -92,7 +91,7 @@ class Trainer:
                  examples: Sequence[Example] | None = None, eval_examples: Sequence[Example] | None = None,
                  toolbox: Any = None, progress: bool = True):
         from workbench.protocols import get_protocol
-        from workbench.rollout.backends.hf import HFBackend
+        from workbench.rl.rollout_sync import make_rollout_backend
 
         self.config = config
         self.loss_cfg = config.loss_config()
@@ -131,7 +130,7 @@ class Trainer:
             for p in policy.trainable_parameters():
                 torch.distributed.broadcast(p.data, src=0)
         self.tokenizer = policy.tokenizer
-        self.backend = HFBackend(policy.model, policy.tokenizer)
+        self.backend = make_rollout_backend(config, policy)  # hf | openai | vllm (workbench.rl.rollout_sync)
         if toolbox is None:
             from workbench.tools.toolbox import build_toolbox
 
@@ -147,7 +146,9 @@ class Trainer:
         self._encoder: Any = None
         self._evidence: Any = None
         self._judges: list[Any] | None = None
-        self.pad_id = self.backend.pad_id
+        self.pad_id = getattr(self.backend, "pad_id", None)
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.backend.eos_token_ids() or {0})
 
         if self.rank == 0:
             cfg = {**config.to_dict(), "kind": "train", "loss": self.loss_cfg.to_dict(),
@@ -164,6 +165,10 @@ class Trainer:
             self.run.write_examples(train + self.eval_examples)
         else:
             self.run = None
+        from workbench.rl.rollout_sync import AdapterSync
+
+        self.adapter_sync = AdapterSync(self.backend, policy, None if self.run is None else self.run.path / "rollout_adapters")
+        """Hands the current adapter to an ``openai`` / ``vllm`` rollout backend before a rollout."""
 
     # ------------------------------------------------------------------ helpers
     def _say(self, msg: str) -> None:
@@ -234,6 +239,7 @@ class Trainer:
                  group_size: int | None = None) -> list[Trajectory]:
         """Groups of trajectories with the current adapter (KV cache dropped afterwards)."""
         cfg = self.config.rollout_config(seed, greedy=greedy, group_size=group_size)
+        self.adapter_sync(self.opt_step)  # a serving backend gets the adapter of this optimizer step
         self.policy.model.eval()
         with torch.no_grad():
             trajs = rollout(list(examples), self.protocol, self.toolbox, self.backend, cfg, progress=self.progress,
@@ -353,86 +359,12 @@ class Trainer:
     def build(self, sb: StepBatch) -> RLBatch:
         return build_batch(sb.trajectories, advantages=sb.advantages, rewards=sb.rewards, pad_id=self.pad_id)
 
-    @torch.no_grad()
-    def _forward_no_grad(self, batch: RLBatch, ref: bool) -> torch.Tensor:
-        out = torch.zeros_like(batch.old_logprobs)
-        fn = self.policy.ref_logprobs if ref else self.policy.logprobs
-        for start in range(0, len(batch), self.config.micro_batch_size):
-            sl = slice(start, start + self.config.micro_batch_size)
-            T = int(batch.attention_mask[sl].sum(-1).max())
-            lp = fn(batch.input_ids[sl, :T], batch.attention_mask[sl, :T], target_mask=batch.loss_mask[sl, :T] > 0)
-            out[sl, :T] = lp.float().cpu()
-        return out
-
     def update(self, batch: RLBatch, step: int | None = None) -> dict[str, float]:
-        """Optimizer epochs over mini-batches, gradient accumulation over micro-batches."""
-        step = self.step + 1 if step is None else step
-        cfg, lc = self.config, self.loss_cfg
-        secs = {"reference": 0.0, "old_logprobs": 0.0, "update": 0.0}
-        min_rows = len(batch)
-        if self.world_size > 1:  # every process must take the same number of optimizer steps
-            t = torch.tensor([len(batch)])
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
-            min_rows = int(t)
-        if min_rows == 0:
-            return {"skipped_update": 1.0, **{f"time_{k}_s": v for k, v in secs.items()}}
-        if lc.needs_ref:
-            t0 = time.perf_counter()
-            batch.ref_logprobs = self._forward_no_grad(batch, ref=True)
-            secs["reference"] = time.perf_counter() - t0
-        on_policy = lc.on_policy
-        if not on_policy:
-            t0 = time.perf_counter()
-            recomputed = self._forward_no_grad(batch, ref=False)
-            m = batch.loss_mask > 0
-            diff = (recomputed - batch.old_logprobs)[m].abs()
-            sampler_gap = float(diff.mean()) if diff.numel() else 0.0
-            batch.old_logprobs = recomputed  # the policy's own logprobs (temperature-free) at sampling time
-            secs["old_logprobs"] = time.perf_counter() - t0
-        n_mini = min(lc.num_mini_batches, min_rows)
-        gen = torch.Generator().manual_seed(self._step_seed(step, 99))
-        acc: dict[str, list[float]] = {}
-        t0 = time.perf_counter()
-        self.policy.model.train(cfg.lora_dropout > 0)  # dropout only when there is some
-        for _epoch in range(lc.ppo_epochs):
-            minis = batch.mini_batches(n_mini, generator=gen if n_mini > 1 else None)
-            for mb in minis:
-                gt, gs, gr = self._sum([mb.global_tokens, mb.global_seqs, len(mb)])
-                mb.global_tokens, mb.global_seqs = int(gt), int(gs)
-                n_seqs = int(gr) if lc.empty_seqs == "count" else mb.global_seqs  # seq-mean denominators
-                self.optimizer.zero_grad(set_to_none=True)
-                sums: dict[str, float] = {}
-                ent_sum = 0.0
-                for micro in mb.micro_batches(cfg.micro_batch_size):
-                    micro = micro.to(self.policy.device)
-                    logp, ent = self.policy.logprobs(micro.input_ids, micro.attention_mask,
-                                                     target_mask=micro.loss_mask > 0, with_entropy=True)
-                    loss, st = policy_loss(logp, None if on_policy else micro.old_logprobs, micro.ref_logprobs,
-                                           micro.advantages, micro.loss_mask, lc, mb.global_tokens,
-                                           n_seqs, step=step - 1)  # β by training step (0-based), issue 14
-                    loss.backward()
-                    merge_micro_stats(sums, st)
-                    ent_sum += float((ent.detach() * micro.loss_mask).sum())
-                self._all_reduce_grads()
-                params = self.policy.trainable_parameters()
-                if cfg.grad_clip > 0:
-                    gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-                else:
-                    gnorm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
-                self.optimizer.step()
-                self.opt_step += 1
-                sums["entropy"] = self._sum([ent_sum])[0] / max(1, mb.global_tokens)
-                sums["grad_norm"] = gnorm
-                for k, v in sums.items():
-                    acc.setdefault(k, []).append(v)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.policy.model.eval()
-        secs["update"] = time.perf_counter() - t0
-        out = summarize_updates(acc)
-        if not on_policy:
-            out["sampler_logprob_gap"] = sampler_gap
-        out.update({f"time_{k}_s": v for k, v in secs.items()})
-        return out
+        """Optimizer epochs over mini-batches, gradient accumulation over micro-batches
+        (:func:`workbench.rl.update.run_update`: micro-batching, rollout mismatch, TIS, FLOPs)."""
+        from workbench.rl.update import run_update
+
+        return run_update(self, batch, self.step + 1 if step is None else step)
 
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:

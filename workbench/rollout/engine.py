@@ -117,29 +117,8 @@ def rollout(
     for ex in examples:
         prompt_ids = build_prompt_ids(protocol, tok, ex)
         prompt_text = tok.decode(prompt_ids, skip_special_tokens=False)
-        for g in range(cfg.group_size):
-            traj = Trajectory(
-                id=f"{ex.id}#{g}",
-                example_id=ex.id,
-                question=ex.question,
-                protocol=protocol.name,
-                prompt_ids=list(prompt_ids),
-                prompt_text=prompt_text,
-                group_id=ex.id,
-                sample_idx=g,
-                meta={
-                    "dataset": ex.dataset,
-                    "split": ex.split,
-                    "hops": ex.hops,
-                    "qtype": ex.qtype,
-                    **(meta or {}),
-                },
-            )
-            states.append(_State(traj, ex))
-    for s in states:
-        _initial_observation(s, protocol, toolbox, tok, cfg)
-        if s.length >= cfg.max_total_tokens:
-            _finish(s, "budget")
+        states += [start_trajectory(ex, protocol, toolbox, tok, cfg, g, prompt_ids, prompt_text, meta)
+                   for g in range(cfg.group_size)]
 
     # one tick per finished trajectory (all of a turn's sequences are generated together, so ticks come at turn
     # ends); the postfix says which turn runs and the generation throughput so far
@@ -171,20 +150,54 @@ def rollout(
         gen_tokens, gen_seconds = gen_tokens + sum(len(g.token_ids) for g in gens), gen_seconds + elapsed
         last_turn = turn_idx == cfg.max_turns - 1
         for s, g in zip(active, gens):
-            _step(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn)
+            step_trajectory(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn)
             if s.done:
                 bar.update(1)
-    for s in states:
-        if not s.done:
-            _finish(s, "max_turns")
-            bar.update(1)
+    bar.update(sum(not s.done for s in states))
     if gen_seconds > 0:
         bar.set_postfix_str(f"{gen_tokens} tokens, {gen_tokens / gen_seconds:.0f} tok/s")
     bar.close()
     backend.clear_cache()
-    for s in states:
-        s.traj.flags = protocol.format_flags(s.traj)
-    return [s.traj for s in states]
+    return [close_trajectory(s, protocol) for s in states]
+
+
+# The three steps of one trajectory, shared by ``rollout`` (all sequences batched per turn) and the verl agent loop
+# (``workbench.integrations.verl.agent_loop``: one trajectory, one server call per turn): start -> step per turn ->
+# close. Nothing here generates; the caller hands each turn's ``Generation`` to ``step_trajectory``.
+
+
+def start_trajectory(ex: Example, protocol: Protocol, toolbox: Toolbox, tok: Any, cfg: RolloutConfig,
+                     sample_idx: int = 0, prompt_ids: list[int] | None = None, prompt_text: str | None = None,
+                     meta: dict[str, Any] | None = None) -> _State:
+    """Member ``sample_idx`` of ``ex``'s group: the prompt (encoded once) and the protocol's initial observation."""
+    if prompt_ids is None:
+        prompt_ids = build_prompt_ids(protocol, tok, ex)
+    if prompt_text is None:
+        prompt_text = tok.decode(prompt_ids, skip_special_tokens=False)
+    traj = Trajectory(
+        id=f"{ex.id}#{sample_idx}",
+        example_id=ex.id,
+        question=ex.question,
+        protocol=protocol.name,
+        prompt_ids=list(prompt_ids),
+        prompt_text=prompt_text,
+        group_id=ex.id,
+        sample_idx=sample_idx,
+        meta={"dataset": ex.dataset, "split": ex.split, "hops": ex.hops, "qtype": ex.qtype, **(meta or {})},
+    )
+    s = _State(traj, ex)
+    _initial_observation(s, protocol, toolbox, tok, cfg)
+    if s.length >= cfg.max_total_tokens:
+        _finish(s, "budget")
+    return s
+
+
+def close_trajectory(s: _State, protocol: Protocol) -> Trajectory:
+    """The finished trajectory (``max_turns`` if it was still running) with the protocol's format flags."""
+    if not s.done:
+        _finish(s, "max_turns")
+    s.traj.flags = protocol.format_flags(s.traj)
+    return s.traj
 
 
 def _finish(s: _State, reason: str) -> None:
@@ -192,8 +205,9 @@ def _finish(s: _State, reason: str) -> None:
     s.traj.finish_reason = reason
 
 
-def _step(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox: Toolbox, tok: Any, eos: set[int],
-          cfg: RolloutConfig, last_turn: bool) -> None:
+def step_trajectory(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox: Toolbox, tok: Any,
+                    eos: set[int], cfg: RolloutConfig, last_turn: bool) -> None:
+    """Append one sampled policy turn ``g`` (ids as sampled), parse and act on it, append the observation's ids."""
     traj = s.traj
     if g.finish_reason == ERROR:
         traj.meta.setdefault("errors", []).append(g.error)

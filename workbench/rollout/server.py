@@ -9,7 +9,11 @@
   ``finish_reason`` (``stop`` / ``length``), ``stop_reason`` (the stop string, else null),
   ``logprobs.tokens`` (``"token_id:N"`` in token-id mode, else token strings) and
   ``logprobs.token_logprobs``, ``token_ids`` when asked, and ``usage``;
-- ``GET /v1/models`` and ``GET /health``.
+- ``GET /v1/models`` and ``GET /health``;
+- with ``enable_lora=True`` (``--enable-lora``), vLLM's runtime LoRA API: ``POST /v1/load_lora_adapter``
+  (``{"lora_name", "lora_path"}``: a PEFT directory loaded onto the HF model), ``POST
+  /v1/unload_lora_adapter`` (``{"lora_name"}``), and completions with ``model=<lora_name>``
+  (:mod:`workbench.rollout.lora_serving`). The trainer's ``rollout_backend="openai"`` uses it.
 
 It is what the HTTP tests and benchmarks point ``OpenAIBackend`` at, and a way to share one
 model between processes. Requests that arrive together are batched: one worker thread collects
@@ -19,7 +23,7 @@ ever called from that thread. Greedy results are exact; a seeded sampled batch u
 of its first request, so seeded sampling over HTTP is reproducible only when requests are
 batched the same way.
 
-    python -m workbench.rollout.server --model smollm2-135m --port 8000
+    python -m workbench.rollout.server --model smollm2-135m --port 8000 [--enable-lora]
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from workbench.rollout.backends.base import ERROR, LENGTH, STOP, Backend, Generation, SamplingParams
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX, is_loopback_host
+from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +63,24 @@ class _Job:
     params: SamplingParams
     limits: list[int]
     future: Future
+    adapter: str | None = None
 
 
 class _Batcher:
     """One worker thread that batches queued requests into ``backend.generate`` calls."""
 
-    def __init__(self, backend: Backend, max_batch: int, window_s: float):
+    def __init__(self, backend: Backend, max_batch: int, window_s: float, adapters: LoRAAdapters | None = None):
         self.backend, self.max_batch, self.window_s = backend, max_batch, window_s
+        self.adapters = adapters
         self.stats = {"requests": 0, "batches": 0, "largest_batch": 0}
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="completion-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, prompts: list[list[int]], params: SamplingParams, limits: list[int]) -> list[Generation]:
+    def submit(self, prompts: list[list[int]], params: SamplingParams, limits: list[int],
+               adapter: str | None = None) -> list[Generation]:
         fut: Future = Future()
-        self._q.put(_Job(prompts, params, limits, fut))
+        self._q.put(_Job(prompts, params, limits, fut, adapter))
         return fut.result()
 
     def close(self) -> None:
@@ -98,7 +107,7 @@ class _Batcher:
                 n += len(nxt.prompts)
             groups: dict[tuple, list[_Job]] = {}
             for j in jobs:
-                groups.setdefault((j.params.temperature, j.params.top_p, j.params.stop), []).append(j)
+                groups.setdefault((j.adapter, j.params.temperature, j.params.top_p, j.params.stop), []).append(j)
             for group in groups.values():
                 self._generate(group)
         while True:  # requests that raced the shutdown fail instead of waiting forever
@@ -117,7 +126,8 @@ class _Batcher:
         self.stats["batches"] += 1
         self.stats["largest_batch"] = max(self.stats["largest_batch"], len(prompts))
         try:
-            gens = self.backend.generate(prompts, params, limits)
+            with self.adapters.active(jobs[0].adapter) if self.adapters is not None else nullcontext():
+                gens = self.backend.generate(prompts, params, limits)
             if len(gens) != len(prompts):
                 raise RuntimeError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
         except Exception as e:  # reported to every waiting request as an HTTP 500
@@ -136,12 +146,14 @@ class CompletionServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, addr: tuple[str, int], backend: Backend, model_name: str, api_key: str | None,
-                 max_batch: int, batch_window_s: float, return_tokens_as_token_ids: bool):
+                 max_batch: int, batch_window_s: float, return_tokens_as_token_ids: bool,
+                 adapters: LoRAAdapters | None = None):
         self.backend = backend
         self.model_name = model_name
         self.api_key = api_key
         self.return_tokens_as_token_ids = return_tokens_as_token_ids
-        self.batcher = _Batcher(backend, max_batch, batch_window_s)
+        self.adapters = adapters
+        self.batcher = _Batcher(backend, max_batch, batch_window_s, adapters)
         self._thread: threading.Thread | None = None
         super().__init__(addr, _Handler)
 
@@ -176,6 +188,8 @@ def serve(
     max_batch: int = 64,
     batch_window_s: float = 0.02,
     return_tokens_as_token_ids: bool = True,
+    enable_lora: bool = False,
+    max_loras: int = 8,
 ) -> tuple[CompletionServer, str]:
     """Serve ``backend`` over HTTP in a background thread; returns ``(server, base_url)``.
 
@@ -190,6 +204,8 @@ def serve(
         batch_window_s: how long the worker waits for more requests before generating.
         return_tokens_as_token_ids: default of the per-request flag of the same name (vLLM's
             ``--return-tokens-as-token-ids``): ``logprobs.tokens`` as ``"token_id:N"``.
+        enable_lora: serve vLLM's runtime LoRA API (an HF backend only; see the module docstring).
+        max_loras: adapters loaded at once.
 
     The base URL ends in ``/v1`` (``http://127.0.0.1:PORT/v1``). Call ``server.stop()`` when done.
     """
@@ -201,8 +217,9 @@ def serve(
     if batch_window_s < 0:
         raise ValueError(f"serve: batch_window_s must be >= 0, got {batch_window_s}")
     cls = _CompletionServer6 if ":" in host else CompletionServer
+    adapters = LoRAAdapters(backend, max_loras) if enable_lora else None
     server = cls((host, port), backend, model_name or backend.name, api_key, max_batch, batch_window_s,
-                 return_tokens_as_token_ids)
+                 return_tokens_as_token_ids, adapters)
     server.start()
     bound_host, bound_port = server.server_address[:2]
     url_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
@@ -222,8 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/models", "/models"):
+            loras = self.server.adapters.names() if self.server.adapters is not None else []
             self._send(200, {"object": "list", "data": [
-                {"id": self.server.model_name, "object": "model", "created": 0, "owned_by": "workbench"}]})
+                {"id": self.server.model_name, "object": "model", "created": 0, "owned_by": "workbench"}] + [
+                {"id": n, "object": "model", "created": 0, "owned_by": "workbench", "parent": self.server.model_name}
+                for n in loras]})
         elif path == "/health":
             self._send(200, {"status": "ok", **self.server.batcher.stats})
         else:
@@ -233,6 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         path = self.path.split("?", 1)[0].rstrip("/")
+        if path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+            self._lora(path)
+            return
         if path not in ("/v1/completions", "/completions"):
             self._error(404, f"no route POST {self.path}", "not_found_error")
             return
@@ -245,13 +268,42 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("completion failed")
             self._error(500, f"{type(e).__name__}: {e}", "server_error")
 
+    def _lora(self, path: str) -> None:
+        """vLLM's runtime LoRA endpoints; like vLLM, success is a plain-text 200."""
+        adapters = self.server.adapters
+        try:
+            body = self._read_json()
+            if adapters is None:
+                raise BadRequest("runtime LoRA loading is off: start the server with --enable-lora (serve(enable_lora=True))")
+            name = body.get("lora_name")
+            if path.endswith("/load_lora_adapter"):
+                adapters.load(name, body.get("lora_path"))
+                msg = f"Success: LoRA adapter '{name}' added successfully."
+            else:
+                adapters.unload(name)
+                msg = f"Success: LoRA adapter '{name}' removed successfully."
+        except BadRequest as e:
+            self._error(e.status, str(e), "invalid_request_error")
+            return
+        except AdapterError as e:
+            self._error(e.status, str(e), "invalid_request_error" if e.status != 404 else "not_found_error")
+            return
+        data = msg.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     # ------------------------------------------------------------------ completions
     def _completions(self, body: dict[str, Any]) -> dict[str, Any]:
         srv = self.server
         tok = srv.backend.tokenizer
         model = body.get("model")
-        if model is not None and model != srv.model_name:
-            raise BadRequest(f"model {model!r} is not served here; this server serves {srv.model_name!r}", 404)
+        loras = srv.adapters.names() if srv.adapters is not None else []
+        if model is not None and model != srv.model_name and model not in loras:
+            served = ", ".join(repr(m) for m in [srv.model_name, *loras])
+            raise BadRequest(f"model {model!r} is not served here; this server serves {served}", 404)
         for flag in ("stream", "echo"):
             if body.get(flag):
                 raise BadRequest(f"{flag}=true is not supported by this server")
@@ -285,7 +337,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
         except (TypeError, ValueError) as e:
             raise BadRequest(str(e)) from e
-        gens = srv.batcher.submit(prompts, params, [int(max_tokens)] * len(prompts))
+        adapter = model if model in loras else None
+        try:
+            gens = srv.batcher.submit(prompts, params, [int(max_tokens)] * len(prompts), adapter)
+        except AdapterError as e:  # unloaded between the check and the batch
+            raise BadRequest(str(e), e.status) from None
         failed = [g for g in gens if g.finish_reason == ERROR]
         if failed:
             raise BadRequest(f"backend error: {failed[0].error}", 500)
@@ -415,13 +471,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--allow-remote", action="store_true", help="bind a non-loopback host")
+    ap.add_argument("--enable-lora", action="store_true",
+                    help="serve vLLM's runtime LoRA API: POST /v1/load_lora_adapter, /v1/unload_lora_adapter")
+    ap.add_argument("--max-loras", type=int, default=8, help="adapters loaded at once (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.threads' choice)")
     args = ap.parse_args(argv)
+    from workbench.threads import apply_threads
+
+    apply_threads(args.threads)
     from workbench.models import DEFAULT_MODEL
     from workbench.rollout.backends.hf import HFBackend
 
     backend = HFBackend.from_pretrained(args.model, device=args.device)
     server, url = serve(backend, args.host, args.port, model_name=args.model or DEFAULT_MODEL,
-                        allow_remote=args.allow_remote, api_key=args.api_key)
+                        allow_remote=args.allow_remote, api_key=args.api_key, enable_lora=args.enable_lora,
+                        max_loras=args.max_loras)
     print(f"serving {args.model or DEFAULT_MODEL} at {url}  (Ctrl-C to stop)", flush=True)
     try:
         while True:

@@ -9,7 +9,10 @@
   ``custom_reward_function.path`` (:mod:`workbench.integrations.verl.reward`).
 - ``run_<method>.sh``: ``python3 -m verl.trainer.main_ppo`` with the method's ``paper`` values and
   optimizer preset as Hydra overrides (:func:`verl_overrides`). Not yet run on GPUs.
-- ``search_tool_config.yaml``: verl's own search tool pointed at ``workbench serve-retrieval``.
+- ``agent_loop.yaml``: verl's agent-loop config naming :class:`~.agent_loop.WorkbenchAgentLoop` with the method
+  and corpus (the launch script sets it as the default agent loop).
+- ``search_tool_config.yaml``: verl's own search tool pointed at ``workbench serve-retrieval`` (the alternative:
+  verl's ``tool_agent`` loop with its own tool-call grammar instead of the method's protocol).
 """
 
 from __future__ import annotations
@@ -41,6 +44,34 @@ def verl_row(example: Any, protocol: Any, data_source: str, split: str, index: i
             "answers": list(example.answers),
         },
     }
+
+
+def example_from_verl(extra_info: Any, ground_truth: Any = None, data_source: str | None = None) -> Any:
+    """The :class:`~workbench.data.example.Example` of a verl row (the inverse of :func:`verl_row`).
+
+    Rows without our extras (Search-R1's parquet: ``extra_info`` has only ``split`` and ``index``) give an
+    example with the question and answers only; ``ground_truth`` is ``{"target": [...]}`` or a list or a string.
+    """
+    from workbench.data.example import Example
+
+    info = dict(extra_info or {})
+    gt = ground_truth.get("target", ground_truth.get("ground_truth")) if hasattr(ground_truth, "get") else ground_truth
+    answers = info.get("answers")
+    if answers is None or len(answers) == 0:
+        answers = [gt] if isinstance(gt, str) else list(gt if gt is not None else [])
+
+    def strs(key: str) -> list[str]:
+        v = info.get(key)
+        return [str(x) for x in v] if v is not None and not isinstance(v, str) else []
+
+    hops = info.get("hops")
+    return Example(
+        id=str(info.get("example_id", info.get("index", ""))), question=str(info.get("question") or ""),
+        answers=[str(a) for a in answers], dataset=str(data_source or "verl"), split=str(info.get("split") or ""),
+        hops=int(hops) if hops is not None and hops == hops else None, qtype=info.get("qtype"),
+        decomposition=strs("decomposition"), supporting_ids=strs("supporting_ids"),
+        supporting_titles=strs("supporting_titles"), sources=strs("sources"),
+    )
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -104,11 +135,9 @@ def verl_overrides(method: Any, out: Path, *, model: str = "Qwen/Qwen2.5-3B-Inst
     o.append("algorithm.use_kl_in_reward=False")
     if cfg.kl_coef_end is not None or paper.get("kl_coef_end") is not None:
         notes.append(f"KL anneal to {paper.get('kl_coef_end', cfg.kl_coef_end)} has no verl key: constant β used")
-    if cfg.dynamic_filter:  # DAPO dynamic sampling; read by verl's DAPO trainer (recipe/dapo)
-        o += ["+algorithm.filter_groups.enable=True", "+algorithm.filter_groups.metric=score",
-              f"+algorithm.filter_groups.max_num_gen_batches={cfg.filter_max_rounds}"]
-        notes.append("dynamic sampling (algorithm.filter_groups) is read by verl's DAPO entry point "
-                     "(recipe.dapo.main_dapo), not by main_ppo")
+    if cfg.dynamic_filter:  # DAPO dynamic sampling: verl >= 0.9's main_ppo (v1 trainer) reads algorithm.filter_groups
+        o += ["algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
+              f"algorithm.filter_groups.max_num_gen_batches={cfg.filter_max_rounds}"]
     if "lr" in paper:
         o.append(f"actor_rollout_ref.actor.optim.lr={paper['lr']}")
     group = paper.get("group_size") or cfg.group_size or dict(method.train).get("group_size")
@@ -127,15 +156,18 @@ def verl_overrides(method: Any, out: Path, *, model: str = "Qwen/Qwen2.5-3B-Inst
     if "steps" in paper:
         o.append(f"trainer.total_training_steps={paper['steps']}")
     turns = paper.get("max_turns") or paper.get("max_searches")
+    # our agent loop (agent_loop.py) runs the method's protocol and toolbox; search_tool_config.yaml is the
+    # alternative: verl's own tool_agent loop calling `workbench serve-retrieval`
     o += ["actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.mode=async",
           "actor_rollout_ref.rollout.multi_turn.enable=True",
-          f"actor_rollout_ref.rollout.multi_turn.tool_config_path={out / 'search_tool_config.yaml'}"]
+          f"actor_rollout_ref.rollout.agent.agent_loop_config_path={out / 'agent_loop.yaml'}",
+          "actor_rollout_ref.rollout.agent.default_agent_loop=workbench"]
     if turns:
         o.append(f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={int(turns) + 1}")  # searches + answer
     else:
         notes.append("the paper gives no turn limit: verl's max_assistant_turns left unset")
     o += [f"trainer.rollout_data_dir={out / 'rollouts'}", f"trainer.validation_data_dir={out / 'validation'}",
-          "trainer.logger=['console']", "trainer.project_name=workbench", f"trainer.experiment_name={method.name}"]
+          "trainer.logger=['console','file']", "trainer.project_name=workbench", f"trainer.experiment_name={method.name}"]
     return o, notes
 
 
@@ -147,10 +179,11 @@ def launch_script(method: Any, out: Path, model: str) -> str:
         "# Generated by `workbench export verl`. NOT YET RUN ON GPUs: a starting point, check it against your verl.",
         "# 1. workbench serve-retrieval --corpus <corpus> --port 8000 &   (Search-R1's /retrieve API)",
         "# 2. bash this script (extra Hydra overrides go on the command line: trainer.n_gpus_per_node=8 ...)",
-        f"# 3. workbench import verl {out / 'rollouts'} --method {method.name} --metrics {out / 'train.log'}",
+        f"# 3. workbench import verl {out} --method {method.name}   (rollouts/, validation/, metrics.jsonl)",
         *(f"# note: {n}" for n in notes),
         "set -euo pipefail",
         f"export WORKBENCH_METHOD={shlex.quote(method.name)}",
+        f"export VERL_FILE_LOGGER_PATH={shlex.quote(str(out / 'metrics.jsonl'))}  # trainer.logger 'file': one JSON line per step",
         "python3 -m verl.trainer.main_ppo \\",
         *(f"    {shlex.quote(x)} \\" for x in overrides),
         f'    "$@" 2>&1 | tee {shlex.quote(str(out / "train.log"))}',
@@ -158,6 +191,14 @@ def launch_script(method: Any, out: Path, model: str) -> str:
     ]
     return "\n".join(lines)
 
+
+AGENT_LOOP_CONFIG = """# verl agent loop (actor_rollout_ref.rollout.agent.agent_loop_config_path): the method's protocol and toolbox
+# (workbench.integrations.verl.agent_loop). Each rollout worker builds its own index of the corpus.
+- name: workbench
+  _target_: workbench.integrations.verl.agent_loop.WorkbenchAgentLoop
+  method: {method}
+  corpus: {corpus}
+"""
 
 REWARD_MODULE = '''"""verl reward for the workbench method {method!r} (generated by `workbench export verl`).
 
@@ -242,6 +283,8 @@ def export_verl(method: str, dataset: str = "world", out: str | Path = "exports"
                                  out / "val.parquet")
     (out / "reward.py").write_text(REWARD_MODULE.format(method=m.name, corpus=corpus))
     paths["reward"] = out / "reward.py"
+    (out / "agent_loop.yaml").write_text(AGENT_LOOP_CONFIG.format(method=json.dumps(m.name), corpus=json.dumps(corpus)))
+    paths["agent_loop"] = out / "agent_loop.yaml"
     (out / "search_tool_config.yaml").write_text(TOOL_CONFIG.format(url=retrieval_url))
     paths["tools"] = out / "search_tool_config.yaml"
     script = out / f"run_{m.name}.sh"

@@ -19,7 +19,10 @@ Memory (``bench/bench_eval_memory.py``): keys/values are what grows, 46 KB per t
 1.8 GB. Two budgets bound them, smaller on a CPU (where the RAM is the process's) than on an
 accelerator: ``cache_bytes`` for the kept caches between calls, ``batch_bytes`` for the caches of
 one forward batch (a call's prompts are split into batches that fit). The prefill computes logits
-for the last position only, and a kept cache is freed as it is copied into the batch.
+for the last position only, and a kept cache is freed as it is copied into the batch. A third budget,
+``prefill_bytes``, bounds the attention scores of a prefill: on a CPU, SDPA with a padding mask computes
+rows x heads x new x all tokens scores and their softmax per layer (6 prompts of 1,000 tokens: 430 MB), so
+the new tokens are prefilled in chunks whose scores fit (the result is the same).
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ from workbench.rollout.backends.base import (
 )
 
 _STOP_WINDOW = 16  # tokens decoded from the end of each sequence to look for stop strings
+# Budgets on a CPU, where the RAM is the process's (bench/RESULTS.md "Eval memory on real data"):
+CPU_CACHE_BYTES = 384 << 20  # kept key/value caches between calls (256 MiB: no lower eval peak, 6 % more CPU)
+CPU_BATCH_BYTES = 384 << 20  # key/value caches of one forward batch
+CPU_PREFILL_BYTES = 64 << 20  # attention scores (+ softmax) of one prefill forward: sets the chunk length
 
 
 class _Entry:
@@ -69,20 +76,25 @@ class HFBackend(Backend):
         batch_bytes: memory budget of the keys/values of one forward batch: a call's prompts are split
             into consecutive batches whose rows x (longest prompt + token limit) fit (a prompt alone may
             exceed it); None: 384 MiB on a CPU, no limit on an accelerator (``batch_size`` only).
+        prefill_bytes: memory budget of the attention scores and probabilities of one prefill forward
+            (rows x heads x chunk x keys x 2 floats): the new tokens are prefilled in chunks that fit (at
+            least one token); None: 64 MiB on a CPU, one forward on an accelerator (fused attention).
     """
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, prefix_cache: bool = True,
-                 cache_bytes: int | None = None, batch_bytes: int | None = None):
+                 cache_bytes: int | None = None, batch_bytes: int | None = None, prefill_bytes: int | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.prefix_cache = prefix_cache
         on_cpu = self.device.type == "cpu"
-        self.cache_bytes = cache_bytes if cache_bytes is not None else (384 << 20 if on_cpu else 4 << 30)
-        self.batch_bytes = batch_bytes if batch_bytes is not None else (384 << 20 if on_cpu else None)
+        self.cache_bytes = cache_bytes if cache_bytes is not None else (CPU_CACHE_BYTES if on_cpu else 4 << 30)
+        self.batch_bytes = batch_bytes if batch_bytes is not None else (CPU_BATCH_BYTES if on_cpu else None)
+        self.prefill_bytes = prefill_bytes if prefill_bytes is not None else (CPU_PREFILL_BYTES if on_cpu else None)
         self.kv_bytes_per_token = _kv_bytes_per_token(model)
+        self.score_bytes_per_key = _score_bytes_per_key(model)
         self._store: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self._store_bytes = 0
         self._keeps_logits: bool | None = None
@@ -120,6 +132,10 @@ class HFBackend(Backend):
         t0 = time.perf_counter()  # each Generation's meta["seconds"]: from here until its sequence finished
         for i, j in self._batches(prompts, limits):
             out += self._generate_chunk(prompts[i:j], limits[i:j], params, gen, t0)
+            if self.device.type == "cpu":  # the batch's freed keys/values leave the heap (not the peak's reuse)
+                from workbench import models
+
+                models.trim_heap()
         return out
 
     def _batches(self, prompts: list[list[int]], limits: list[int]) -> list[tuple[int, int]]:
@@ -221,11 +237,25 @@ class HFBackend(Backend):
             past = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
         self.stats["prefill_tokens"] += sum(len(s) for s in news)
         self.stats["reused_tokens"] += sum(cached)
-        out = self.model(
-            input_ids=input_ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
-            past_key_values=past, use_cache=True, **self._last_logits_only(),
-        )
-        return out.past_key_values, attn.to(dev), pos[:, -1:].to(dev), out.logits[:, -1, :]
+        input_ids, attn, pos = input_ids.to(dev), attn.to(dev), pos.to(dev)
+        step = self.prefill_chunk(B, C + S)
+        for a in range(0, S, step):  # chunks of the new tokens; each attends to the cache and the chunks before
+            b = min(S, a + step)
+            out = self.model(
+                input_ids=input_ids[:, a:b], attention_mask=attn[:, : C + b], position_ids=pos[:, a:b],
+                past_key_values=past, use_cache=True, **self._last_logits_only(),
+            )
+            past = out.past_key_values
+        return past, attn, pos[:, -1:], out.logits[:, -1, :]
+
+    def prefill_chunk(self, rows: int, keys: int) -> int:
+        """New tokens per prefill forward for ``rows`` prompts of ``keys`` tokens (cached + new) in all: the
+        most whose attention scores, rows x heads x chunk x keys x 2 floats, fit ``prefill_bytes`` (at least 1;
+        all of them without a budget)."""
+        per_token = rows * keys * self.score_bytes_per_key
+        if self.prefill_bytes is None or not per_token:
+            return max(1, keys)
+        return max(1, self.prefill_bytes // per_token)
 
     def _last_logits_only(self) -> dict[str, Any]:
         """``logits_to_keep=1`` where the model takes it: the prefill's logits for the last position only. All
@@ -321,6 +351,17 @@ def _kv_bytes_per_token(model: Any) -> int:
     except (AttributeError, StopIteration, TypeError):
         return 0
     return int(2 * layers * heads * head_dim * size)
+
+
+def _score_bytes_per_key(model: Any) -> int:
+    """Bytes of attention scores and probabilities per query token and key of ``model`` (0 when its config does
+    not say): query heads x 2 floats (scores, then their softmax) in the model's dtype."""
+    cfg = getattr(model, "config", None)
+    try:
+        size = next(model.parameters()).element_size()
+        return int(2 * cfg.num_attention_heads * size)
+    except (AttributeError, StopIteration, TypeError):
+        return 0
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None):

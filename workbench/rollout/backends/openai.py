@@ -137,6 +137,26 @@ class OpenAIBackend(Backend):
         data = self._request("GET", "/models", None)
         return [m["id"] for m in data.get("data", [])]
 
+    # ------------------------------------------------------------------ LoRA adapters (vLLM's runtime API)
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        """Ask the server to load the PEFT adapter directory ``path`` as model ``name``
+        (``POST /v1/load_lora_adapter``; vLLM needs ``--enable-lora`` and
+        ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, ``workbench.rollout.server`` ``--enable-lora``).
+        Requests then sample from it with ``model=name`` (set ``self.model``). RuntimeError if refused."""
+        self._lora_call("/load_lora_adapter", {"lora_name": name, "lora_path": path}, f"load LoRA adapter {name!r} from {path}")
+
+    def unload_lora_adapter(self, name: str) -> None:
+        """``POST /v1/unload_lora_adapter`` (``{"lora_name": name}``); RuntimeError if refused."""
+        self._lora_call("/unload_lora_adapter", {"lora_name": name}, f"unload LoRA adapter {name!r}")
+
+    def _lora_call(self, path: str, body: dict[str, Any], what: str) -> None:
+        try:
+            self._request("POST", path, body, expect_json=False)  # vLLM answers in plain text
+        except RequestFailed as e:
+            raise RuntimeError(f"the rollout server {self.base_url} could not {what}: {e}. Start vLLM with "
+                               "--enable-lora (and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) or "
+                               "`python -m workbench.rollout.server --enable-lora`") from None
+
     # ------------------------------------------------------------------ one prompt
     def request_body(self, prompt: list[int], params: SamplingParams, limit: int, seed: int | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -184,8 +204,9 @@ class OpenAIBackend(Backend):
         return Generation([], [], ERROR, error=f"{last} (after {attempts} attempt{'s' * (attempts > 1)})",
                           meta={"attempts": attempts})
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        """One HTTP attempt; raises ``RequestFailed`` (retryable or not) on any failure."""
+    def _request(self, method: str, path: str, body: dict[str, Any] | None, expect_json: bool = True) -> dict[str, Any]:
+        """One HTTP attempt; raises ``RequestFailed`` (retryable or not) on any failure. ``expect_json=False``:
+        any 2xx body is accepted (returned as ``{"text": ...}``)."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -202,6 +223,8 @@ class OpenAIBackend(Backend):
             reason = getattr(e, "reason", e)
             kind = "timeout" if isinstance(reason, TimeoutError) else "connection error"
             raise RequestFailed(f"{kind} on {path}: {type(reason).__name__}: {reason}", True) from e
+        if not expect_json:
+            return {"text": raw.decode("utf-8", "replace")}
         try:
             out = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:

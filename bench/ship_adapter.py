@@ -1,0 +1,55 @@
+"""Copy a run's adapter into the project (``data/adapters/<name>/``), cast to bf16, with its provenance.
+
+    .venv/bin/python bench/ship_adapter.py RUN_DIR --name search_r1-sft [--dtype bfloat16]
+
+Writes ``adapter_model.safetensors`` (the LoRA weights of the run's newest checkpoint, cast to
+``--dtype``: bf16 halves the file, LoRA deltas lose nothing that greedy decoding notices — the demo's
+comparison is measured with the shipped file), ``adapter_config.json`` (base model by its alias) and
+``provenance.json`` (the run's config, its SFT/RL metrics per step, the checkpoint step, the git commit
+of the code that trained it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir")
+    ap.add_argument("--name", required=True, help="folder under data/adapters/")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    ap.add_argument("--commit", default=None, help="commit that trained it (default: git rev-parse HEAD)")
+    args = ap.parse_args()
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from workbench.io import atomic_write_json
+    from workbench.paths import repo_root
+    from workbench.rl.policy import adapter_dir
+
+    src = adapter_dir(args.run_dir)
+    out = repo_root() / "data" / "adapters" / args.name
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.to(getattr(torch, args.dtype)).contiguous() for k, v in load_file(src / "adapter_model.safetensors").items()}
+    save_file(tensors, out / "adapter_model.safetensors", metadata={"format": "pt"})
+    (out / "adapter_model.safetensors").chmod(0o644)
+    atomic_write_json(out / "adapter_config.json", json.loads((src / "adapter_config.json").read_text()))
+    run = Path(args.run_dir)
+    commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                           cwd=repo_root()).stdout.strip()
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    atomic_write_json(out / "provenance.json", {
+        "run_id": run.name, "checkpoint": src.name, "dtype": args.dtype, "commit": commit,
+        "config": json.loads((run / "config.json").read_text()),
+        "metrics": [{k: r[k] for k in ("step", "loss", "tokens", "grad_norm") if k in r} for r in steps],
+    })
+    size = (out / "adapter_model.safetensors").stat().st_size
+    print(f"{out}: {size / 1e6:.1f} MB ({args.dtype}), from {src} (commit {commit[:12]})")
+
+
+if __name__ == "__main__":
+    main()

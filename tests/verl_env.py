@@ -1,0 +1,29 @@
+"""``.venv-verl`` for the tests that run verl's own classes (``make verl-env``; verl pins ``transformers<5.11``,
+older than the main environment's, so it lives in its own venv). ``make test`` does not build it: without it
+these tests skip, saying how to build it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VERL_VENV = Path(os.environ.get("WORKBENCH_VERL_VENV", ROOT / ".venv-verl"))
+VERL_PYTHON = VERL_VENV / "bin" / "python"
+STAMP = VERL_VENV / ".workbench-verl-setup"
+
+requires_verl_env = pytest.mark.skipif(
+    not (VERL_PYTHON.exists() and STAMP.exists()),
+    reason=f"needs verl's own environment {VERL_VENV} (build it with `make verl-env`: verl pins transformers<5.11)",
+)
+
+
+def run_in_verl(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``.venv-verl/bin/python ARGS`` at the repository root, one thread, offline; output captured."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([str(VERL_PYTHON), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)

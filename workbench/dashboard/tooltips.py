@@ -1,0 +1,55 @@
+"""Header tooltips of the dashboard's tables: what each column means.
+
+A column read from a run file shows its meaning from the one schema (``workbench.schema``, what
+``workbench schema`` prints); the dashboard's own aggregates (``searches``, ``failed``...) are described here.
+"""
+
+from __future__ import annotations
+
+#: Header tooltips of the dashboard's own (aggregated) columns; a run file's column shows its schema meaning.
+COLUMN_TIPS = {
+    "run_id": "run directory name under the runs root",
+    "kind": "eval, train, expert or sft (config.json)",
+    "error": "files of the run that are missing or unreadable",
+    "created": "when the run was created (config.json)",
+    "model": "the policy model (config.json)",
+    "corpus_setting": "the retrieval corpus setting of an eval run (config.json)",
+    "methods": "methods evaluated in the run",
+    "n_trajectories": "trajectories in trajectories.parquet",
+    "failed": "trajectories whose tool, backend, judge or evidence call failed (their reward is NaN); "
+              "empty: no features.parquet with failure columns",
+    "best_method": "the method with the best mean F1 (metrics.json); em, cem, f1, searches are its means",
+    "steps": "training steps logged in metrics.jsonl",
+    "reward_mean": "mean reward of the last training step",
+    "n": "trajectories in the group",
+    "runs": "runs with trajectories of this protocol",
+    "searches": "mean n_searches: search actions executed per trajectory",
+    "tokens": "mean n_policy_tokens: tokens the policy sampled per trajectory",
+    "invalid": "mean n_invalid: invalid actions per trajectory",
+    "finished_by_answer": "share of trajectories that ended with an answer (finish_reason = answer)",
+    "row": "position of the trajectory in trajectories.parquet",
+}
+MEAN_COLUMNS = ("em", "cem", "f1", "format_ok", "answered")
+
+
+def column_tooltips(columns: list[str], means: bool = False) -> dict[str, str]:
+    """Header tooltips: the dashboard's own columns from ``COLUMN_TIPS``, a run file's column its meaning from
+    ``workbench.schema`` (``means``: the table holds means over trajectories, so em says "mean of: ...").
+
+    >>> column_tooltips(["failed", "em", "answered"], means=True)["em"][:20]
+    'mean of: exact match'
+    """
+    from workbench.schema import describe
+
+    out = {}
+    for c in map(str, columns):
+        if c in COLUMN_TIPS:
+            tip = COLUMN_TIPS[c]
+        elif means and c == "answered":
+            tip = "share of trajectories with an answer"
+        else:
+            meaning = describe(c)
+            tip = f"mean of: {meaning}" if meaning and means and c in MEAN_COLUMNS else meaning
+        if tip:
+            out[c] = tip
+    return out

@@ -1,0 +1,63 @@
+"""A trained LoRA adapter evaluated beside the untrained model (``workbench eval --adapter DIR``).
+
+A method name with the suffix ``+lora`` (``search_r1+lora``) is the method rolled out with the
+adapter; the plain name (``search_r1``) is the same model with the adapter disabled. Both go in one
+run, so every table, the dashboard and the inspector's diff view compare them question by question::
+
+    workbench eval --method search_r1,search_r1+lora --adapter runs/<sft or train run> --split dev
+
+``--adapter`` takes an adapter directory (``adapter_model.safetensors`` + ``adapter_config.json``, as
+``workbench sft``/``train`` checkpoints and ``data/adapters/*`` hold) or a run directory (its newest
+checkpoint). Only safetensors adapters are loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+#: The suffix of a method evaluated with the adapter.
+TRAINED = "+lora"
+
+
+def split_method(name: str) -> tuple[str, bool]:
+    """``"search_r1+lora"`` -> ``("search_r1", True)``; a plain name -> ``(name, False)``.
+
+    >>> split_method("search_r1+lora"), split_method("direct")
+    (('search_r1', True), ('direct', False))
+    """
+    return (name[: -len(TRAINED)], True) if name.endswith(TRAINED) else (name, False)
+
+
+def resolve_adapter(path: str | os.PathLike) -> Path:
+    """The adapter directory ``path`` names (an adapter directory, or a run's newest checkpoint);
+    a one-line error naming the path and what it lacks otherwise."""
+    from workbench.rl.policy import adapter_dir
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"--adapter {path}: no such file or directory (give a LoRA adapter directory or an "
+                         "sft/train run directory)")
+    try:
+        return adapter_dir(p)
+    except FileNotFoundError as e:
+        raise ValueError(f"--adapter {path}: {e}") from None
+
+
+def attach_adapter(model: Any, path: str | os.PathLike) -> Any:
+    """``model`` with the adapter at ``path`` loaded (a ``peft.PeftModel``, in eval mode)."""
+    from peft import PeftModel
+
+    d = resolve_adapter(path)
+    peft_model = PeftModel.from_pretrained(model, str(d), is_trainable=False)
+    peft_model.eval()
+    return peft_model
+
+
+def adapter_state(model: Any, trained: bool) -> contextlib.AbstractContextManager[Any]:
+    """A context in which ``model`` samples with (``trained``) or without its adapter."""
+    if trained or not hasattr(model, "disable_adapter"):
+        return contextlib.nullcontext()
+    return model.disable_adapter()
