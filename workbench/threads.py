@@ -23,10 +23,11 @@ def available_cores() -> int:
 
 
 def choose_threads(requested: int | None = None, cores: int | None = None,
-                   load: float | None = None) -> tuple[int, str]:
-    """``(threads, reason)``: ``requested`` (``--threads``), else ``$OMP_NUM_THREADS``, else from cores and load.
+                   load: float | None = None, environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """``(threads, reason)``: ``requested`` (``--threads``), else ``$OMP_NUM_THREADS`` (from ``environ``, default
+    ``os.environ``), else from cores and load.
 
-    >>> choose_threads(None, cores=2, load=1.7)[0], choose_threads(None, cores=2, load=0.3)[0]
+    >>> choose_threads(None, cores=2, load=1.7, environ={})[0], choose_threads(None, cores=2, load=0.3, environ={})[0]
     (1, 2)
     >>> choose_threads(3, cores=2, load=9.0)
     (3, '--threads 3')
@@ -35,7 +36,7 @@ def choose_threads(requested: int | None = None, cores: int | None = None,
         if requested < 1:
             raise ValueError(f"--threads must be >= 1, got {requested}")
         return requested, f"--threads {requested}"
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    env = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
             raise ValueError(f"OMP_NUM_THREADS={env!r}: expected a positive integer (or unset it)")
