@@ -26,7 +26,9 @@ $(STAMP): pyproject.toml
 # imports (bm25s, rapidfuzz, networkx, gguf: the toolbox and the default model). `make verl-env`: 1-8 min (load), 2 GB.
 VERL_VENV ?= .venv-verl
 VERL_STAMP := $(VERL_VENV)/.workbench-verl-setup
-VERL_PIP := set -o pipefail; $(VERL_VENV)/bin/python -m pip install --disable-pip-version-check --quiet -c $(VERL_VENV)/constraints.txt
+# --no-warn-conflicts: this package goes in with --no-deps (only what the agent loop imports), so pip's
+# "requires plotly, which is not installed" lines are expected, not errors
+VERL_PIP := set -o pipefail; $(VERL_VENV)/bin/python -m pip install --disable-pip-version-check --quiet --no-warn-conflicts -c $(VERL_VENV)/constraints.txt
 
 verl-env: $(VERL_STAMP)
 
