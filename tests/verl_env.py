@@ -1,6 +1,6 @@
 """``.venv-verl`` for the tests that run verl's own classes (``make verl-env``; verl pins ``transformers<5.11``,
-older than the main environment's, so it lives in its own venv). ``make test`` does not build it: without it
-these tests skip, saying how to build it."""
+older than the main environment's, so it lives in its own venv). ``make test`` builds it first; run by hand
+without it, these tests skip, saying how to build it."""
 
 from __future__ import annotations
 
