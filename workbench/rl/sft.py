@@ -275,11 +275,9 @@ class SFTTrainer(Trainer):
         self.policy.model.train(cfg.lora_dropout > 0)
         self.optimizer.zero_grad(set_to_none=True)
         loss, tokens = self.nll(batch)
-        params = self.policy.trainable_parameters()
-        if cfg.grad_clip > 0:
-            gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        else:
-            gnorm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+        from workbench.rl.update import clip_grad_norm
+
+        gnorm = clip_grad_norm(self.policy.trainable_parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.policy.model.eval()

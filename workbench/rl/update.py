@@ -188,11 +188,7 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
                 merge_micro_stats(sums, st)
                 ent_sum += float((ent.detach() * micro.loss_mask).sum())
             trainer._all_reduce_grads()
-            params = trainer.policy.trainable_parameters()
-            if cfg.grad_clip > 0:
-                gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-            else:
-                gnorm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+            gnorm = clip_grad_norm(trainer.policy.trainable_parameters(), cfg.grad_clip)
             trainer.optimizer.step()
             trainer.opt_step += 1
             sums["entropy"] = trainer._sum([ent_sum])[0] / max(1, mb.global_tokens)
@@ -217,3 +213,10 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
                update_flops_per_s=work.flops / max(1e-9, secs["update"]))
     out.update({f"time_{k}_s": v for k, v in secs.items()})
     return out
+
+
+def clip_grad_norm(params: list[Any], clip: float) -> float:
+    """The gradients' global L2 norm, after clipping them to ``clip`` when it is > 0 (the norm before clipping)."""
+    if clip > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, clip))
+    return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
