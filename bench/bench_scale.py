@@ -131,6 +131,7 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
 
     from workbench.data.example import Example
     from workbench.io import atomic_path
+    from workbench.text_index import build_index
     from workbench.rewards.feature_io import save_features
     from workbench.runs import Run
     from workbench.trajectory import ROW_GROUP_ROWS, _schema
@@ -178,6 +179,7 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
             table = table.append_column(name, pa.array(values))
     with atomic_path(run.path / "trajectories.parquet") as tmp:  # as save_trajectories writes it
         pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    build_index(run.path / "trajectories.parquet")  # as Run.write_trajectories does
     run.write_examples(examples)
     save_features(run, _features(table, golds, np.array(failed)[pick], nrng))
     summary = {}

@@ -96,7 +96,12 @@ class Run:
         return _read_json(self.path / CONFIG)
 
     def write_trajectories(self, trajs: list[Trajectory], name: str = TRAJECTORIES, **kw: Any) -> Path:
-        return save_trajectories(trajs, self.path / name, **kw)
+        """Write the trajectories, then their word index for full-text search (``workbench.text_index``)."""
+        from workbench.text_index import ensure_index
+
+        path = save_trajectories(trajs, self.path / name, **kw)
+        ensure_index(path)  # None (search scans) when it cannot be written
+        return path
 
     def trajectories(self, name: str = TRAJECTORIES) -> list[Trajectory]:
         return load_trajectories(self.path / name)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.text_index import answers_alone, candidate_rows, ensure_index, num_rows, query_words, verify_rows
 from workbench.trajectory import Trajectory
 
 #: The columns full-text search looks in (a trajectory's question, every turn's text, its answer).
@@ -107,6 +108,45 @@ def search_rows(files: Sequence[str | os.PathLike], text: str, limit: int | None
     """
     if not files or not text:
         return {}
+    if tuple(columns) == SEARCH_COLUMNS and query_words(text):
+        return _indexed_search(files, text, limit, max_hits)
+    return _scan_rows(files, text, limit, columns, max_hits)
+
+
+def _indexed_search(files: Sequence[str | os.PathLike], text: str, limit: int | None,
+                    max_hits: int | None) -> dict[int, np.ndarray]:
+    """:func:`search_rows` through each file's word index (``workbench.text_index``); a file without one (and a
+    read-only directory) or with too many candidates to check is scanned."""
+    indexes = [ensure_index(f) for f in files]
+    have = [i for i, x in enumerate(indexes) if x is not None]
+    sizes = [num_rows(files[i]) for i in have]
+    cands = dict(zip(have, candidate_rows([indexes[i] for i in have], query_words(text), sizes)))
+    alone, out, left = answers_alone(text), {}, max_hits
+    i = 0
+    while i < len(files) and (left is None or left > 0):
+        if cands.get(i) is None:  # no index, or too many candidates: DuckDB scans (consecutive files at once)
+            j = i
+            while j < len(files) and cands.get(j) is None:
+                j += 1
+            for k, rows in _scan_rows(files[i:j], text, limit, SEARCH_COLUMNS, left).items():
+                out[i + k] = rows
+                left = None if left is None else left - len(rows)
+            i = j
+            continue
+        rows = cands[i]
+        rows = rows[rows < int(limit)] if limit is not None else rows
+        rows = (rows[:left] if left is not None else rows) if alone else \
+            verify_rows(files[i], rows, text, SEARCH_COLUMNS, max_hits=left)
+        if len(rows):
+            out[i] = rows
+        left = None if left is None else left - len(rows)
+        i += 1
+    return out
+
+
+def _scan_rows(files: Sequence[str | os.PathLike], text: str, limit: int | None, columns: Sequence[str],
+               max_hits: int | None) -> dict[int, np.ndarray]:
+    """:func:`search_rows` by scanning the text columns in DuckDB."""
     idx = {str(Path(f)): i for i, f in enumerate(files)}
     paths = ", ".join(_quote(Path(f)) for f in files)
     pattern = "(?i)" + "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)

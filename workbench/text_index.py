@@ -1,0 +1,219 @@
+"""A word index beside each ``trajectories.parquet``, so full-text search does not scan every text.
+
+Full-text search (the inspector's text box, :func:`workbench.trajectory_store.search_rows`) is a case-insensitive
+substring match over a trajectory's question, turns and answer. Over a million trajectories a scan decodes
+gigabytes of text per keystroke. The index maps each lower-cased word (RE2's ``[0-9a-z_]+`` after DuckDB's
+``lower``) to the rows that hold it, in ``<stem>.words.parquet`` beside the file (a few % of its size), stamped
+with the size and mtime of the file it indexes (columns ``token``, ``n``: how many rows hold it, ``rows``); a stale or missing index is rebuilt (one DuckDB query,
+~0.1 s per 1,000 trajectories) or, where the directory is read-only, the search scans as before.
+
+A query's words narrow the rows exactly (:func:`candidate_rows`): a word with a non-word character on both sides
+in the query must be a whole word of the text, one with such a character only before it must start a word,
+only after it must end one, and a lone word may sit anywhere inside one. A query that is a single ASCII word is
+answered from the index alone (every row holding a word that contains it contains it); any other query checks
+the candidates' text with the same case-insensitive match as the scan (:func:`verify_rows`). A query with no
+word (``"</search>"``) has nothing to narrow with and scans.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: The columns the index covers (full-text search's columns, ``trajectory_store.SEARCH_COLUMNS``).
+INDEX_COLUMNS = ("question", "response_text", "answer")
+#: A word, as the index splits lower-cased text (RE2's and Python's ASCII classes agree on it).
+WORD = "[0-9a-z_]+"
+_WORD_RE = re.compile(WORD)
+_STAMP = b"workbench.words.source"
+#: A file whose candidates exceed this share of its rows is scanned instead (checking most rows in Python is
+#: slower than DuckDB's scan).
+SCAN_SHARE = 0.25
+
+
+def index_path(path: str | os.PathLike) -> Path:
+    """``runs/x/trajectories.parquet`` -> ``runs/x/trajectories.words.parquet``."""
+    p = Path(path)
+    return p.with_name(p.stem + ".words.parquet")
+
+
+def _stamp(path: Path) -> bytes:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}".encode()
+
+
+def fresh_index(path: str | os.PathLike) -> Path | None:
+    """The file's index when it exists and was built from the file as it is now, else None."""
+    import pyarrow.parquet as pq
+
+    p, idx = Path(path), index_path(path)
+    try:
+        key = (str(p), _stamp(p))
+        if key in _FRESH:
+            return idx if _FRESH[key] == _stamp(idx) else None
+        meta = pq.read_schema(idx).metadata or {}
+        if meta.get(_STAMP) != key[1]:
+            return None
+        _FRESH[key] = _stamp(idx)
+        return idx
+    except (OSError, ValueError):
+        return None
+
+
+#: (file, its stamp) -> the stamp of its index when last found fresh: a search stats the files, reads no footer
+_FRESH: dict[tuple[str, bytes], bytes] = {}
+
+
+def build_index(path: str | os.PathLike) -> Path:
+    """Write the word index of ``path`` (atomically; replaces a stale one). Raises ``OSError`` if it cannot be written."""
+    import pyarrow.parquet as pq
+
+    from workbench.io import atomic_path
+    from workbench.trajectory_store import _quote, cursor, file_columns
+
+    p = Path(path)
+    stamp = _stamp(p)
+    have = set(file_columns(p))
+    text = ", ".join(f'COALESCE(CAST("{c}" AS VARCHAR), \'\')' for c in INDEX_COLUMNS if c in have) or "''"
+    sql = (f"SELECT token, len(rows) AS n, rows FROM (SELECT w AS token, list(DISTINCT r ORDER BY r)::INTEGER[] AS rows FROM ("
+           f"SELECT file_row_number AS r, unnest(regexp_extract_all(lower(concat_ws(' ', {text})), '{WORD}')) AS w "
+           f"FROM read_parquet({_quote(p)}, file_row_number=true)) GROUP BY w) ORDER BY token")
+    table = cursor().sql(sql).to_arrow_table()
+    table = table.replace_schema_metadata({_STAMP: stamp})
+    idx = index_path(p)
+    with atomic_path(idx) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return idx
+
+
+def ensure_index(path: str | os.PathLike) -> Path | None:
+    """A fresh index of ``path``, built if needed; None when it cannot be written (a read-only runs directory)."""
+    idx = fresh_index(path)
+    if idx is not None:
+        return idx
+    try:
+        return build_index(path)
+    except Exception:  # noqa: BLE001 - read-only directory, unreadable file: the search scans instead
+        return None
+
+
+def query_words(text: str) -> list[tuple[str, str]]:
+    """The query's words with how each must sit in a word of the text: ``exact``, ``prefix``, ``suffix`` or ``inside``.
+
+    >>> query_words("Glass Orch")
+    [('glass', 'suffix'), ('orch', 'prefix')]
+    >>> query_words("of the")
+    [('of', 'suffix'), ('the', 'prefix')]
+    >>> query_words("<search> x")
+    [('search', 'exact'), ('x', 'prefix')]
+    """
+    low = text.lower()
+    out = []
+    for m in _WORD_RE.finditer(low):
+        before = m.start() > 0
+        after = m.end() < len(low)
+        out.append((m.group(), {(True, True): "exact", (True, False): "prefix", (False, True): "suffix",
+                                (False, False): "inside"}[(before, after)]))
+    return out
+
+
+_MATCH = {"exact": "token = $w", "prefix": "starts_with(token, $w)", "suffix": "suffix(token, $w)",
+          "inside": "contains(token, $w)"}
+
+
+def candidate_rows(indexes: Sequence[Path], words: Sequence[tuple[str, str]],
+                   sizes: Sequence[int]) -> list[np.ndarray | None]:
+    """Per index, the rows of its file (``sizes``: its rows) that may hold the query (sorted), or None where the
+    query's words are in so many rows that a scan is cheaper (:func:`too_many`). ``words`` from :func:`query_words`.
+
+    First, per word, how many rows hold it in each file (one aggregate query over all indexes); then each file's
+    rows of its rare words only, intersected (a word too common to narrow is left to :func:`verify_rows`)."""
+    from workbench.trajectory_store import cursor
+
+    if not indexes:
+        return []
+    pos = {str(p): i for i, p in enumerate(indexes)}
+    uniq = sorted(set(words))
+    counts = np.zeros((len(uniq), len(indexes)), dtype=np.int64)
+    for k, (word, where) in enumerate(uniq):
+        out = cursor().execute(f"SELECT filename, sum(n) FROM {_source(indexes)} WHERE {_MATCH[where]} "
+                               "GROUP BY filename", {"w": word}).fetchall()
+        for name, n in out:
+            counts[k, pos[str(Path(name))]] = int(n)
+    rows: list[np.ndarray | None] = [None] * len(indexes)
+    dense = [too_many(int(counts[:, i].min()), sizes[i]) for i in range(len(indexes))]
+    for k in np.argsort(counts.sum(axis=1), kind="stable"):  # rarest word first
+        word, where = uniq[k]
+        files = [i for i in range(len(indexes)) if not dense[i] and not too_many(int(counts[k, i]), sizes[i])
+                 and (rows[i] is None or len(rows[i]))]
+        if not files:
+            continue
+        got = {i: np.array([], dtype=np.int64) for i in files}
+        out = cursor().execute(f"SELECT filename, flatten(list(rows)) FROM {_source([indexes[i] for i in files])} "
+                               f"WHERE {_MATCH[where]} GROUP BY filename", {"w": word}).fetchall()
+        for name, r in out:
+            got[pos[str(Path(name))]] = np.unique(np.asarray(r, dtype=np.int64))
+        for i, g in got.items():
+            rows[i] = g if rows[i] is None else np.intersect1d(rows[i], g, assume_unique=True)
+    return [None if dense[i] else (r if r is not None else np.array([], dtype=np.int64)) for i, r in enumerate(rows)]
+
+
+def _source(indexes: Sequence[Path]) -> str:
+    from workbench.trajectory_store import _quote
+
+    return f"read_parquet([{', '.join(_quote(p) for p in indexes)}], filename=true)"
+
+
+def verify_rows(path: str | os.PathLike, rows: np.ndarray, text: str, columns: Sequence[str] = INDEX_COLUMNS,
+                max_hits: int | None = None) -> np.ndarray:
+    """The rows among ``rows`` (sorted) whose ``columns`` contain ``text`` case-insensitively; reads only the row
+    groups that hold them, in order, and stops after ``max_hits``."""
+    import pyarrow.parquet as pq
+
+    if not len(rows):
+        return rows
+    pat = re.compile(re.escape(text), re.IGNORECASE)
+    pf = pq.ParquetFile(path)
+    starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
+    groups = np.searchsorted(starts, rows, side="right") - 1
+    have = [c for c in columns if c in pf.schema_arrow.names]
+    hits: list[int] = []
+    for g in dict.fromkeys(groups.tolist()):
+        local = rows[groups == g] - starts[g]
+        tab = pf.read_row_group(g, columns=have).take(local)
+        cols = [tab.column(c).to_pylist() for c in have]
+        for j, r in enumerate(local):
+            if any(isinstance(col[j], str) and pat.search(col[j]) for col in cols):
+                hits.append(int(r + starts[g]))
+                if max_hits is not None and len(hits) >= max_hits:
+                    return np.asarray(hits, dtype=np.int64)
+    return np.asarray(hits, dtype=np.int64)
+
+
+def answers_alone(text: str) -> bool:
+    """True when the index's candidates are the answer: the query is one ASCII word and nothing else."""
+    words = query_words(text)
+    return len(words) == 1 and words[0][0] == text.lower() and text.isascii()
+
+
+def too_many(candidates: int, rows: int) -> bool:
+    """Scan rather than check ``candidates`` rows' text in Python (see :data:`SCAN_SHARE`)."""
+    return candidates > 2000 and candidates > SCAN_SHARE * rows
+
+
+def num_rows(path: str | os.PathLike) -> int:
+    """Rows of a Parquet file (its footer, read once per file version)."""
+    import pyarrow.parquet as pq
+
+    key = (str(path), _stamp(Path(path)))
+    if key not in _ROWS:
+        _ROWS[key] = pq.ParquetFile(path).metadata.num_rows
+    return _ROWS[key]
+
+
+_ROWS: dict[tuple[str, bytes], int] = {}
