@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +138,24 @@ def _json_default(o: Any) -> Any:
     except ImportError:  # pragma: no cover
         pass
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def read_jsonl(path: str | os.PathLike, keep: Callable[[Any], bool] = lambda row: isinstance(row, dict),
+               ) -> tuple[list[Any], int]:
+    """The rows of a JSON-lines file that ``keep`` accepts, and how many lines were unreadable or refused.
+
+    Blank lines are skipped; bytes that are not UTF-8 are replaced (a user's file never raises here)."""
+    rows, bad = [], 0
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if keep(row):
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, bad

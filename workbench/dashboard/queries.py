@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.io import read_jsonl
 from workbench.runs import CONFIG, METRICS, STEP_METRICS, TRAJECTORIES
 from workbench.trajectory import Trajectory
 
@@ -286,19 +287,7 @@ def _number(v: Any) -> float | None:
 
 def read_step_metrics(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     """Rows of a ``metrics.jsonl`` and an error text (bad lines are skipped and counted)."""
-    rows, bad = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad += 1
+    rows, bad = read_jsonl(path)
     return rows, (f"{STEP_METRICS}: {bad} unreadable line(s)" if bad else None)
 
 

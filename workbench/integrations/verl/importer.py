@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.data.example import Example
+from workbench.io import read_jsonl
 from workbench.runs import Run
 
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
@@ -42,20 +43,7 @@ def dump_files(d: Path) -> list[tuple[int, Path]]:
 
 def read_dump(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The samples of one dump file and the number of unreadable lines (skipped)."""
-    rows, bad = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(row, dict) and isinstance(row.get("output"), str):
-            rows.append(row)
-        else:
-            bad += 1
-    return rows, bad
+    return read_jsonl(path, lambda row: isinstance(row, dict) and isinstance(row.get("output"), str))
 
 
 def read_metrics(path: Path) -> dict[int, dict[str, float]]:
