@@ -136,3 +136,15 @@ def test_dashboard_accepts_ipv6_loopback():
             pytest.fail("the dashboard on [::1] never answered")
     finally:
         server.stop()
+
+
+def test_read_jsonl_skips_and_counts_bad_lines_and_never_raises(tmp_path):
+    from workbench.dashboard.queries import read_step_metrics
+    from workbench.io import read_jsonl
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_bytes(b'{"step": 1, "loss": 0.5}\n\nnot json\n[1, 2]\n{"step": 2, "note": "\xff\xfe"}\n')
+    rows, bad = read_jsonl(p)
+    assert [r["step"] for r in rows] == [1, 2] and bad == 2 and rows[1]["note"] == "\ufffd\ufffd"
+    assert read_jsonl(p, keep=lambda r: isinstance(r, dict) and "loss" in r) == ([{"step": 1, "loss": 0.5}], 3)
+    assert read_step_metrics(p) == (rows, "metrics.jsonl: 2 unreadable line(s)")
