@@ -4,8 +4,10 @@ Full-text search (the inspector's text box, :func:`workbench.trajectory_store.se
 substring match over a trajectory's question, turns and answer. Over a million trajectories a scan decodes
 gigabytes of text per keystroke. The index maps each lower-cased word (RE2's ``[0-9a-z_]+`` after DuckDB's
 ``lower``) to the rows that hold it, in ``<stem>.words.parquet`` beside the file (a few % of its size), stamped
-with the size and mtime of the file it indexes (columns ``token``, ``n``: how many rows hold it, ``rows``); a stale or missing index is rebuilt (one DuckDB query,
-~0.1 s per 1,000 trajectories) or, where the directory is read-only, the search scans as before.
+with the size and mtime of the file it indexes (columns ``token``, ``n``: how many rows hold it, ``rows``). A run
+writes it with its trajectories (one DuckDB query, ~0.1 s per 1,000 trajectories); a search that finds it missing or
+stale scans that file as before and rebuilds the index in a background thread for the next search (where the
+directory is read-only, searches keep scanning).
 
 A query's words narrow the rows exactly (:func:`candidate_rows`): a word with a non-word character on both sides
 in the query must be a whole word of the text, one with such a character only before it must start a word,
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -90,15 +94,46 @@ def build_index(path: str | os.PathLike) -> Path:
     return idx
 
 
-def ensure_index(path: str | os.PathLike) -> Path | None:
-    """A fresh index of ``path``, built if needed; None when it cannot be written (a read-only runs directory)."""
+def ensure_index(path: str | os.PathLike, wait: bool = True) -> Path | None:
+    """A fresh index of ``path``, built if needed; None when it cannot be written (a read-only runs directory).
+
+    ``wait=False`` (a search): when there is none, return None at once (the caller scans) and build it in the
+    background for the next search, so opening old runs never waits for their indexes."""
     idx = fresh_index(path)
     if idx is not None:
         return idx
+    if not wait:
+        _schedule(Path(path))
+        return None
     try:
         return build_index(path)
     except Exception:  # noqa: BLE001 - read-only directory, unreadable file: the search scans instead
         return None
+
+
+_PENDING: dict[str, Any] = {}
+_LOCK = threading.Lock()
+_POOL: Any = None
+
+
+def _schedule(path: Path) -> None:
+    global _POOL
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _LOCK:
+        if str(path) in _PENDING and not _PENDING[str(path)].done():
+            return
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="word-index")
+        _PENDING[str(path)] = _POOL.submit(ensure_index, path)
+
+
+def wait_for_builds() -> None:
+    """Block until the indexes scheduled by searches are written (tests, benchmarks)."""
+    with _LOCK:
+        futures = list(_PENDING.values())
+    for f in futures:
+        f.result()
 
 
 def query_words(text: str) -> list[tuple[str, str]]:

@@ -117,7 +117,7 @@ def _indexed_search(files: Sequence[str | os.PathLike], text: str, limit: int | 
                     max_hits: int | None) -> dict[int, np.ndarray]:
     """:func:`search_rows` through each file's word index (``workbench.text_index``); a file without one (and a
     read-only directory) or with too many candidates to check is scanned."""
-    indexes = [ensure_index(f) for f in files]
+    indexes = [ensure_index(f, wait=False) for f in files]  # a missing one: scanned now, built for next time
     have = [i for i, x in enumerate(indexes) if x is not None]
     sizes = [num_rows(files[i]) for i in have]
     cands = dict(zip(have, candidate_rows([indexes[i] for i in have], query_words(text), sizes)))
