@@ -9,7 +9,6 @@ import random
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from workbench import text_index as ti
 from workbench import trajectory_store as store
