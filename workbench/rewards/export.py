@@ -415,6 +415,26 @@ class TextScorer:
         self._last = (key, table)
         return table
 
+    def score_trajectories(self, trajs: Sequence[Mapping[str, Any]], examples: Sequence[Any]) -> RewardTable:
+        """Trajectories as dicts (``Trajectory.to_dict()``, e.g. from TRL's rollout function in
+        ``workbench.integrations.trl``) → RewardTable: their own turns, passage ids and flags, nothing rebuilt
+        from text, so the features are those of the Rubric on stored trajectories."""
+        key = json.dumps(["trajectories", [_jsonable(t) for t in trajs], [_jsonable(e) for e in examples]],
+                         default=str, ensure_ascii=False)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        rebuilt, exs = [], {}
+        for i, (d, ex_like) in enumerate(zip(trajs, examples)):
+            traj = Trajectory.from_dict(dict(d))
+            ex = as_example(ex_like, question=traj.question)
+            ex = dataclasses.replace(ex, id=f"row{i}", question=ex.question or traj.question)
+            traj.example_id = ex.id
+            rebuilt.append(traj)
+            exs[ex.id] = ex
+        table = self.rubric(compute_features(rebuilt, exs, **self.feature_kwargs))
+        self._last = (key, table)
+        return table
+
 
 def _jsonable(x: Any) -> Any:
     if isinstance(x, Example):
@@ -477,6 +497,9 @@ def to_trl(
 
     ``passages``: the corpus the rollouts searched, so rendered passages resolve to their ids
     (the same features as on stored trajectories; see :func:`trajectory_from_text`).
+
+    With our TRL rollout function (``workbench.integrations.trl``), each completion's trajectory arrives as the
+    column ``workbench_trajectory``: it is scored as it is (turns, passage ids, flags), not rebuilt from text.
     """
     if on_missing not in ("raise", "none"):
         raise ValueError(f"on_missing must be 'raise' or 'none', got {on_missing!r}")
@@ -493,6 +516,9 @@ def to_trl(
                 "TRL reward: no gold answers among the dataset columns passed to the reward function "
                 f"(looked for {', '.join(_EXAMPLE_KEYS[:7])}; got {', '.join(sorted(kwargs)) or 'none'})"
             )
+        trajs = kwargs.get("workbench_trajectory")
+        if trajs is not None and len(trajs) == n:  # from our TRL rollout function: score the trajectories themselves
+            return scorer.score_trajectories(trajs, examples)
         questions = [str(e.get("question") or _prompt_question(p)) for e, p in zip(examples, prompts)]
         return scorer.score(completions, examples, questions)
 

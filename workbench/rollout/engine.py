@@ -106,18 +106,25 @@ def rollout(
     config: RolloutConfig | None = None,
     progress: bool = True,
     meta: dict[str, Any] | None = None,
+    prompt_ids: list[list[int]] | None = None,
 ) -> list[Trajectory]:
-    """Roll out ``config.group_size`` trajectories per example; returns them grouped in order."""
+    """Roll out ``config.group_size`` trajectories per example; returns them grouped in order.
+
+    ``prompt_ids``: one per example, used instead of encoding ``protocol.messages(example)`` (a trainer that hands
+    over its own prompts, e.g. TRL's rollout function in ``workbench.integrations.trl``).
+    """
     from tqdm.auto import tqdm
 
     cfg = config or RolloutConfig()
     tok = backend.tokenizer
     eos = backend.eos_token_ids()
     states: list[_State] = []
-    for ex in examples:
-        prompt_ids = build_prompt_ids(protocol, tok, ex)
-        prompt_text = tok.decode(prompt_ids, skip_special_tokens=False)
-        states += [start_trajectory(ex, protocol, toolbox, tok, cfg, g, prompt_ids, prompt_text, meta)
+    if prompt_ids is not None and len(prompt_ids) != len(examples):
+        raise ValueError(f"rollout: {len(prompt_ids)} prompt_ids for {len(examples)} examples")
+    for i, ex in enumerate(examples):
+        ids = build_prompt_ids(protocol, tok, ex) if prompt_ids is None else list(prompt_ids[i])
+        prompt_text = tok.decode(ids, skip_special_tokens=False)
+        states += [start_trajectory(ex, protocol, toolbox, tok, cfg, g, ids, prompt_text, meta)
                    for g in range(cfg.group_size)]
 
     # one tick per finished trajectory (all of a turn's sequences are generated together, so ticks come at turn

@@ -1,0 +1,223 @@
+"""TRL's GRPOTrainer with our engine (``workbench/integrations/trl.py``): the rollout function's ids, masks and
+trajectories equal the engine's, ``to_trl``'s rewards on them equal the Rubric's, and a real ``GRPOTrainer`` step
+runs with LoRA, our rollout function and our reward functions on the default model (CPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workbench.integrations.trl import (
+    TRAJECTORY_KEY,
+    RolloutFunc,
+    grpo_config_kwargs,
+    make_rollout_func,
+    rollout_output,
+    trl_dataset,
+    trl_row,
+)
+from workbench.methods import get_method
+from workbench.rewards.export import to_trl
+from workbench.rewards.features import compute_features
+from workbench.rollout.engine import RolloutConfig, rollout
+from workbench.tools.toolbox import build_toolbox
+
+trl = pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[trl]' (make setup installs it)")
+
+METHOD = "search_r1"
+# greedy, 3 turns of at most 64 tokens: the world's second training question searches twice with the default model
+CFG = RolloutConfig(max_turns=3, max_new_tokens=64, temperature=0.0, seed=None, max_total_tokens=10**6)
+
+
+@pytest.fixture(scope="module")
+def setup(world, one_thread):
+    proto = get_method(METHOD).get_protocol()
+    return proto, build_toolbox(proto, world), world.split("train")[:2]
+
+
+@pytest.fixture(scope="module")
+def both(setup, hf_backend):
+    """The same two questions through the engine and through the rollout function (greedy)."""
+    proto, toolbox, examples = setup
+    engine = rollout(examples, proto, toolbox, hf_backend, CFG, progress=False)
+    f = make_rollout_func(METHOD, toolbox=toolbox, backend=hf_backend, config=CFG, examples=examples)
+    out = f([trl_row(ex, proto)["prompt"] for ex in examples])
+    return engine, out, f
+
+
+def test_rollout_func_ids_and_masks_equal_the_engines(both):
+    engine, out, f = both
+    assert set(out) == {"prompt_ids", "completion_ids", "logprobs", "env_mask", TRAJECTORY_KEY}
+    assert len(out["completion_ids"]) == len(engine) == 2 and f.calls == 1
+    for i, t in enumerate(engine):
+        assert out["prompt_ids"][i] == t.prompt_ids
+        assert out["completion_ids"][i] == t.response_ids
+        assert out["env_mask"][i] == t.response_loss_mask
+        assert len(out["logprobs"][i]) == len(out["completion_ids"][i])
+        assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(out["logprobs"][i], t.response_logprobs))
+        mine = f.last_trajectories[i]
+        assert (mine.example_id, mine.n_searches, mine.finish_reason, mine.answer, mine.flags) == (
+            t.example_id, t.n_searches, t.finish_reason, t.answer, t.flags)
+
+
+def test_observation_tokens_are_masked(both, tokenizer):
+    engine, out, f = both
+    multi = [i for i, t in enumerate(f.last_trajectories) if t.n_searches >= 1]
+    assert multi, "no compared trajectory searched: the check would not cover observations"
+    for i in multi:
+        t, mask, ids = f.last_trajectories[i], out["env_mask"][i], out["completion_ids"][i]
+        obs = [tid for tid, m in zip(ids, mask) if m == 0]
+        assert obs and 1 in mask
+        # the masked tokens are exactly the observations' ids (the retrieved passages), in order
+        assert obs == [tid for turn in t.turns if turn.kind == "observation" for tid in turn.token_ids]
+        assert "<information>" in tokenizer.decode(obs)
+        assert all(lp == 0.0 for lp, m in zip(out["logprobs"][i], mask) if m == 0)
+
+
+def test_trl_rewards_on_the_trajectories_equal_the_rubric(both, setup):
+    """``to_trl``'s functions given the rollout function's trajectories: the Rubric's numbers on the engine's."""
+    engine, out, _ = both
+    _, _, examples = setup
+    rubric = get_method(METHOD).rubric()
+    want = rubric(compute_features(engine, examples, encoder=False, cache=False))
+    funcs, weights = to_trl(METHOD, METHOD, encoder=False, cache=False)
+    cols = {k: [trl_row(ex, get_method(METHOD).get_protocol())[k] for ex in examples]
+            for k in ("answers", "question", "hops", "supporting_titles")}
+    decoded = [[{"role": "assistant", "content": "<answer> not this </answer>"}]] * 2  # the trajectory wins
+    for func, name in zip(funcs, rubric.weights):
+        got = func(prompts=[None, None], completions=decoded, **cols, **{TRAJECTORY_KEY: out[TRAJECTORY_KEY]})
+        assert got == [float(v) for v in want.frame[name]]
+    assert weights == list(rubric.weights.values())
+
+
+def test_prompts_outside_the_examples_and_bad_input(setup, hf_backend):
+    proto, toolbox, examples = setup
+    f = RolloutFunc(proto, toolbox, backend=hf_backend, config=RolloutConfig(max_turns=1, max_new_tokens=4, seed=1))
+    out = f([trl_row(examples[0], proto)["prompt"]] * 2)  # no examples given: the question is the user message
+    ids = [t.id for t in f.last_trajectories]
+    assert ids[0].endswith("#0") and ids[1].endswith("#1") and ids[0].split("#")[0] == ids[1].split("#")[0]
+    assert "Question:" in f.last_trajectories[0].question and len(out["completion_ids"]) == 2
+    with pytest.raises(TypeError, match="a prompt must be a string or a list of chat messages"):
+        f([42])
+    with pytest.raises(ValueError, match="leave it at 1"):
+        RolloutFunc(proto, toolbox, backend=hf_backend, config=RolloutConfig(group_size=4))
+    with pytest.raises(ValueError, match="1 prompt_ids for 2 examples"):  # the engine's hook checks its input
+        rollout(examples, proto, toolbox, hf_backend, CFG, progress=False, prompt_ids=[[1]])
+    with pytest.raises(ValueError, match="no backend"):
+        RolloutFunc(proto, toolbox)(["hi"])
+    assert rollout_output([], 8) == {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
+                                                     TRAJECTORY_KEY)}
+
+
+def test_rollout_output_cuts_and_fills():
+    from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+
+    t = Trajectory(id="a#0", example_id="a", question="q", protocol="search_r1", prompt_ids=[1, 2])
+    t.turns = [Turn(POLICY, "x", [5, 6], [-0.5, -0.25], "stop", {}), Turn(OBSERVATION, "o", [7, 8, 9], None)]
+    out = rollout_output([t], max_completion_length=4)
+    assert out["completion_ids"] == [[5, 6, 7, 8]] and out["env_mask"] == [[1, 1, 0, 0]]
+    assert out["logprobs"] == [[-0.5, -0.25, 0.0, 0.0]]
+    empty = Trajectory(id="b#0", example_id="b", question="q", protocol="search_r1", prompt_ids=[1])
+    assert rollout_output([empty], filler_id=3)["completion_ids"] == [[3]]
+    assert rollout_output([empty], filler_id=3)["env_mask"] == [[0]]
+
+
+def test_grpo_config_from_methods():
+    kw, notes = grpo_config_kwargs("search_r1")
+    assert kw["num_generations"] == 5 and kw["beta"] == 1e-3 and kw["learning_rate"] == 1e-6
+    assert kw["loss_type"] == "grpo" and kw["scale_rewards"] == "group"
+    kw, notes = grpo_config_kwargs("dspo")
+    assert kw["importance_sampling_level"] == "sequence" and any("dynamic sampling" in n for n in notes)
+    kw, _ = grpo_config_kwargs("when_to_search")
+    trl.GRPOConfig(output_dir="/tmp/unused", use_cpu=True, bf16=False,  # TRL validates them
+                   per_device_train_batch_size=kw["num_generations"], **kw)
+    with pytest.raises(ValueError, match="no optimizer preset"):
+        grpo_config_kwargs("vanilla_rag")
+
+
+def r_invalid(c):
+    """Test component: a penalty per invalid turn (varies within a group, so the step has a gradient)."""
+    return -c["n_invalid"]
+
+
+@pytest.mark.slow
+def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
+    """One ``GRPOTrainer`` step: LoRA on the default model, our rollout function and our reward functions."""
+    import torch
+    from peft import LoraConfig
+
+    from workbench.methods.search_r1 import r_em
+    from workbench.models import load_policy
+    from workbench.rewards.rubric import Rubric
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    proto, toolbox, examples = setup
+    model, tok = load_policy(device="cpu")  # its own copy: peft wraps the model it is given
+    rf = RolloutFunc(proto, toolbox, config=RolloutConfig(max_turns=2, max_new_tokens=32, seed=0), examples=examples)
+    rubric = Rubric([r_em, r_invalid], [1.0, 0.5], name="trl_test")
+    funcs, weights = to_trl(rubric, METHOD, encoder=False, cache=False)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
+        max_completion_length=96, learning_rate=1e-3, beta=0.0, reward_weights=weights, logging_steps=1,
+        report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0,
+        gradient_checkpointing=False,
+    )
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=trl_dataset(examples, proto),
+                              processing_class=tok, rollout_func=rf,
+                              peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                                     task_type="CAUSAL_LM"))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert rf.calls == 1 and len(rf.last_trajectories) == 4
+    # TRL repeated each prompt num_generations times: two groups of two
+    assert sorted(t.id.split("#")[0] for t in rf.last_trajectories) == sorted([ex.id for ex in examples] * 2)
+    log = next(e for e in trainer.state.log_history if "loss" in e)
+    assert math.isfinite(log["loss"]) and math.isfinite(log["grad_norm"])
+    # the logged rewards are the Rubric's on the very trajectories we rolled out (weighted sum = TRL's "reward")
+    table = rubric(compute_features(rf.last_trajectories, examples, encoder=False, cache=False))
+    for func, name in zip(funcs, rubric.weights):
+        assert math.isclose(log[f"rewards/{func.__name__}/mean"], float(table.frame[name].mean()), abs_tol=1e-6)
+    assert math.isclose(log["reward"], float(table.total.mean()), abs_tol=1e-6)
+    # TRL took our env_mask: its completion length counts policy tokens only
+    policy = [sum(t.response_loss_mask[:96]) for t in rf.last_trajectories]
+    assert math.isclose(log["completions/mean_length"], sum(policy) / 4, abs_tol=1e-6)
+    # a group whose rewards differ gives a gradient and the LoRA weights move; all-equal groups give none
+    changed = sum(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if p.requires_grad)
+    if log["frac_reward_zero_std"] < 1:
+        assert log["grad_norm"] > 0 and changed > 0
+    else:
+        assert log["grad_norm"] == 0
+
+
+def _recipe():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("trl_recipe", Path(__file__).resolve().parents[1] / "bench" / "trl_recipe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_recipe_help_dry_run_and_bad_input(tmp_path, capsys):
+    import json
+
+    recipe = _recipe()
+    with pytest.raises(SystemExit) as e:
+        recipe.main(["--help"])
+    assert e.value.code == 0 and "--group-size" in capsys.readouterr().out
+    assert recipe.main(["--out", str(tmp_path), "--dry-run", "--method", "dynasearcher", "--limit", "3",
+                        "--group-size", "4", "--questions-per-step", "2"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["questions"] == 3 and plan["grpo"]["num_generations"] == 4
+    assert plan["grpo"]["per_device_train_batch_size"] == 8 and plan["grpo"]["beta"] == 1e-3
+    assert plan["rewards"][0] == "dynasearcher_r_acc" and len(plan["grpo"]["reward_weights"]) == len(plan["rewards"])
+    for argv, needle in ((["--method", "nope"], "unknown method 'nope'"),
+                         (["--method", "vanilla_rag"], "no optimizer preset"),
+                         (["--group-size", "1"], "--group-size must be >= 2"),
+                         (["--dataset", str(tmp_path / "missing.jsonl")], "not found")):
+        with pytest.raises(SystemExit) as e:
+            recipe.main(["--out", str(tmp_path), "--dry-run", *argv])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

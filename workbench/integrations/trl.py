@@ -1,0 +1,306 @@
+"""TRL's ``GRPOTrainer`` with the workbench's multi-turn engine: a rollout function, its dataset and its config.
+
+What TRL 1.16 allows (read in ``trl/trainer/grpo_trainer.py``):
+
+- ``GRPOTrainer(..., rollout_func=f)`` calls ``f(prompts, trainer)`` once per generation batch with this process's
+  prompts, raw (chat messages are not templated). TRL's ``RepeatSampler`` has already repeated each prompt
+  ``num_generations`` times, consecutively, so ``f`` returns one completion per prompt it is given.
+- ``f`` returns a dict of per-completion lists: ``prompt_ids``, ``completion_ids`` and ``logprobs`` (required);
+  ``env_mask`` (1 = model token, 0 = environment token) is popped and used as TRL's ``tool_mask``, which multiplies
+  the loss mask: observation tokens stay visible to the model but get no loss, as in our own trainer. Every other
+  key is forwarded to the reward functions as a column, one value per completion.
+- It needs no vLLM: with ``use_vllm=False`` TRL only calls ``f``. (With ``use_vllm=True`` TRL syncs the weights
+  to its vLLM engine before calling ``f``; :class:`RolloutFunc` still generates with its own backend, by default
+  our HF backend over the trainer's model: a vLLM-backed rollout is not provided here.) The hook is marked
+  experimental by TRL: a ``UserWarning`` unless ``TRL_EXPERIMENTAL_SILENCE=1``.
+
+:class:`RolloutFunc` is that ``f`` over our engine (:func:`workbench.rollout.engine.rollout`, the same code as
+``workbench eval`` / ``train`` and the verl agent loop): each prompt is encoded once with the chat template,
+generated turn by turn with the protocol's stop strings, parsed, acted on with the toolbox, and each observation
+is appended as ids, so ``completion_ids`` are the policy tokens as sampled plus the observation tokens, with
+``env_mask`` 0 on the observations and ``logprobs`` 0.0 there. The trajectory itself goes out as the column
+``workbench_trajectory`` (``Trajectory.to_dict()``: turns, actions, passage ids, flags, timings): the reward
+functions of :func:`workbench.rewards.export.to_trl` score it as it is, so they give the Rubric's numbers on the
+same trajectories (nothing is rebuilt from the decoded text).
+
+Sampling temperature and top-p come from the trainer's ``GRPOConfig`` (TRL divides the logits by
+``args.temperature`` when it recomputes log-probs, so they must match). Completions end at the protocol's stop
+string (``</answer>``), not at EOS, so ``mask_truncated_completions=True`` would drop all of them: it is refused,
+and TRL's ``completions/clipped_ratio`` counts such completions as clipped. Longer completions than
+``max_completion_length`` are cut there (as the verl agent loop cuts at ``response_length``).
+
+Tested on CPU (a real ``GRPOTrainer`` step with LoRA on the default model; ids and masks equal the engine's);
+not yet run on GPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from workbench.data.example import Example
+from workbench.protocols.base import Protocol
+from workbench.rollout.backends.base import Backend, encode_chat
+from workbench.rollout.engine import RolloutConfig, rollout
+from workbench.tools.base import Toolbox
+from workbench.trajectory import Trajectory
+
+#: The column that carries each completion's trajectory to the reward functions (read by ``to_trl``).
+TRAJECTORY_KEY = "workbench_trajectory"
+
+
+# ============================================================================= dataset
+
+
+def trl_row(example: Example, protocol: Protocol) -> dict[str, Any]:
+    """One dataset row for ``GRPOTrainer``: ``prompt`` (the protocol's chat messages, as the engine renders them)
+    and the columns ``to_trl``'s reward functions read (answers, question, hops, supporting titles / ids...)."""
+    return {
+        "prompt": protocol.messages(example), "id": str(example.id), "question": example.question,
+        "answers": list(example.answers), "hops": example.hops, "qtype": example.qtype,
+        "supporting_titles": list(example.supporting_titles), "supporting_ids": list(example.supporting_ids),
+        "sources": list(example.sources),
+    }
+
+
+def trl_dataset(examples: Sequence[Example], protocol: Protocol) -> Any:
+    """A ``datasets.Dataset`` of :func:`trl_row` rows (``pip install -e '.[trl]'``)."""
+    from datasets import Dataset
+
+    return Dataset.from_list([trl_row(ex, protocol) for ex in examples])
+
+
+# ============================================================================= rollout function
+
+
+def _messages(prompt: Any) -> list[dict[str, Any]]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, Sequence) and all(isinstance(m, Mapping) for m in prompt):
+        return [dict(m) for m in prompt]
+    raise TypeError(f"TRL rollout: a prompt must be a string or a list of chat messages, got {type(prompt).__name__}")
+
+
+def _prompt_key(messages: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps([{"role": m.get("role"), "content": m.get("content")} for m in messages], ensure_ascii=False,
+                      default=str)
+
+
+@contextlib.contextmanager
+def _generating(model: Any) -> Iterator[None]:
+    """The model in eval mode while it generates (no LoRA dropout), its training mode restored afterwards."""
+    was = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def rollout_output(trajs: Sequence[Trajectory], max_completion_length: int | None = None,
+                   filler_id: int = 0) -> dict[str, list[Any]]:
+    """Finished trajectories as TRL's rollout-function output (one entry per trajectory, in order).
+
+    ``completion_ids`` = every turn's ids (policy tokens as sampled, observation tokens as encoded), ``env_mask`` 1 on
+    policy tokens and 0 on observations, ``logprobs`` the sampling log-probs (0.0 on observations); all cut at
+    ``max_completion_length``. A trajectory with no response token (a backend error before its first token) gets
+    one ``filler_id`` token with mask 0: TRL needs a non-empty completion; its trajectory records the error.
+    """
+    out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
+                                 TRAJECTORY_KEY: []}
+    cut = slice(None, max_completion_length)
+    for t in trajs:
+        ids, mask, lps = t.response_ids[cut], t.response_loss_mask[cut], t.response_logprobs[cut]
+        if not ids:
+            ids, mask, lps = [int(filler_id)], [0], [0.0]
+        out["prompt_ids"].append(list(t.prompt_ids))
+        out["completion_ids"].append(ids)
+        out["env_mask"].append(mask)
+        out["logprobs"].append([float(x) for x in lps])
+        out[TRAJECTORY_KEY].append(t.to_dict())
+    return out
+
+
+class RolloutFunc:
+    """TRL's ``rollout_func`` over the workbench engine (see the module docstring for TRL's contract).
+
+    Args:
+        protocol: the protocol (its prompts' parse / act / render and stop strings).
+        toolbox: the tools it calls.
+        config: turns and token budgets (``max_turns``, ``max_new_tokens``, ``max_total_tokens``) and the sampling
+            seed; with a trainer, temperature and top-p come from its ``GRPOConfig`` and the seed is offset by the
+            global step (``None``: unseeded).
+        backend: the generation backend; None: our HF backend over the trainer's (unwrapped, LoRA-wrapped) model,
+            built on the first call. Without a trainer (tests, notebooks) a backend is required.
+        examples: the dataset's examples, so each prompt is matched to its :class:`Example` (its question is what
+            a protocol's own retrieval searches). A prompt not among them gets an example with the last user
+            message as its question and no answers (rewards read the answers from the dataset columns anyway).
+    """
+
+    def __init__(self, protocol: Protocol, toolbox: Toolbox, *, config: RolloutConfig | None = None,
+                 backend: Backend | None = None, examples: Sequence[Example] = ()):
+        self.protocol, self.toolbox = protocol, toolbox
+        self.config = config or RolloutConfig()
+        if self.config.group_size != 1:
+            raise ValueError(f"TRL rollout: RolloutConfig.group_size={self.config.group_size}; leave it at 1 "
+                             "(TRL repeats each prompt num_generations times before calling the rollout function)")
+        self.backend = backend
+        self.examples = {_prompt_key(protocol.messages(ex)): ex for ex in examples}
+        self._trainer_backend: tuple[int, Backend] | None = None
+        self.calls = 0
+        """How many times it ran (one per generation batch)."""
+        self.last_trajectories: list[Trajectory] = []
+        """The trajectories of the last call (for a notebook or a test to inspect)."""
+
+    def __call__(self, prompts: Sequence[Any], trainer: Any = None) -> dict[str, list[Any]]:
+        args = getattr(trainer, "args", None)
+        if args is not None and getattr(args, "mask_truncated_completions", False):
+            raise ValueError("TRL rollout: GRPOConfig(mask_truncated_completions=True) would drop every completion "
+                             "(they end at the protocol's stop string, not at EOS); set it to False and bound "
+                             "completions with RolloutConfig's max_turns / max_new_tokens instead")
+        backend = self._backend(trainer)
+        tok = backend.tokenizer
+        msgs = [_messages(p) for p in prompts]
+        examples = [self._example(m) for m in msgs]
+        prompt_ids = [encode_chat(tok, m) for m in msgs]
+        cfg, limit = self._config(args, trainer, prompt_ids)
+        model = getattr(backend, "model", None)
+        with _generating(model) if trainer is not None and model is not None else contextlib.nullcontext():
+            trajs = rollout(examples, self.protocol, self.toolbox, backend, cfg, progress=False,
+                            meta={"trainer": "trl"}, prompt_ids=prompt_ids)
+        member: Counter[str] = Counter()
+        for t in trajs:  # TRL repeated each prompt: number the members of each group
+            t.sample_idx = member[t.example_id]
+            t.id = f"{t.example_id}#{t.sample_idx}"
+            member[t.example_id] += 1
+        self.calls += 1
+        self.last_trajectories = trajs
+        pad = getattr(tok, "pad_token_id", None)
+        return rollout_output(trajs, limit, pad if pad is not None else min(backend.eos_token_ids() or {0}))
+
+    def _backend(self, trainer: Any) -> Backend:
+        if self.backend is not None:
+            return self.backend
+        if trainer is None:
+            raise ValueError("TRL rollout: no backend; pass backend= or call it with the trainer (TRL passes itself)")
+        from workbench.rollout.backends.hf import HFBackend
+
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if self._trainer_backend is None or self._trainer_backend[0] != id(model):
+            # the prefix cache is cleared at the end of every rollout (weights change between steps)
+            self._trainer_backend = (id(model), HFBackend(model, trainer.processing_class))
+        return self._trainer_backend[1]
+
+    def _example(self, messages: list[dict[str, Any]]) -> Example:
+        key = _prompt_key(messages)
+        ex = self.examples.get(key)
+        if ex is not None:
+            return ex
+        question = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+        return Example(id="prompt-" + hashlib.sha1(key.encode()).hexdigest()[:12], question=question, answers=[],
+                       dataset="trl")
+
+    def _config(self, args: Any, trainer: Any, prompt_ids: list[list[int]]) -> tuple[RolloutConfig, int | None]:
+        """This call's rollout config and completion cut: the trainer's sampling and length limit on top."""
+        cfg = self.config
+        if args is None:
+            return cfg, None
+        limit = getattr(args, "max_completion_length", None)
+        step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
+        total = min(cfg.max_total_tokens, max(map(len, prompt_ids), default=0) + limit) if limit else cfg.max_total_tokens
+        return dataclasses.replace(
+            cfg, max_total_tokens=total, temperature=float(args.temperature),
+            top_p=float(getattr(args, "top_p", 1.0) or 1.0), seed=None if cfg.seed is None else cfg.seed + step,
+        ), limit
+
+
+def make_rollout_func(method: str | None = None, *, protocol: str | Protocol | None = None,
+                      toolbox: Toolbox | None = None, corpus: str = "world", retriever: str = "bm25",
+                      backend: Backend | None = None, config: RolloutConfig | None = None,
+                      examples: Sequence[Example] = ()) -> RolloutFunc:
+    """A :class:`RolloutFunc` for a method (its protocol with its arguments) or a protocol name / instance.
+
+    ``toolbox``: the tools (default: built for the protocol over ``corpus``: ``world`` or a corpus file, with
+    ``retriever`` ``bm25`` or ``dense``). ``config``: default ``RolloutConfig(max_turns=<the paper's max_turns>)``.
+    """
+    from workbench.protocols import get_protocol
+
+    paper: Mapping[str, Any] = {}
+    if method is not None:
+        from workbench.methods import get_method
+
+        m = get_method(method)
+        proto, paper = m.get_protocol(), m.paper
+    elif protocol is not None:
+        proto = get_protocol(protocol)
+    else:
+        raise ValueError("make_rollout_func needs a method or protocol= (`workbench methods` lists them)")
+    if toolbox is None:
+        from workbench.tools.toolbox import build_toolbox
+
+        if corpus == "world":
+            from workbench.data.world import load_world
+
+            toolbox = build_toolbox(proto, load_world(), retriever=retriever)
+        else:
+            from workbench.data.corpora import load_corpus
+
+            toolbox = build_toolbox(proto, passages=load_corpus(corpus), retriever=retriever)
+    if config is None:
+        turns = paper.get("max_turns")
+        config = RolloutConfig(max_turns=int(turns)) if turns else RolloutConfig()
+    return RolloutFunc(proto, toolbox, config=config, backend=backend, examples=examples)
+
+
+# ============================================================================= GRPOConfig from a method
+
+#: LossConfig.agg → TRL's loss_type (trl/trainer/grpo_config.py).
+LOSS_TYPES = {"seq-mean-token-mean": "grpo", "token-mean": "dapo", "seq-mean-token-sum-norm": "dr_grpo"}
+
+
+def grpo_config_kwargs(method: str) -> tuple[dict[str, Any], list[str]]:
+    """``(GRPOConfig keyword arguments, notes)``: the method's ``paper`` values and optimizer preset as TRL fields.
+
+    Notes name what TRL has no field for (e.g. dynamic sampling, a KL schedule) or what was left at TRL's default.
+    """
+    from workbench.integrations.verl.export import loss_config  # pure Python: no verl import
+    from workbench.methods import get_method
+    from workbench.rl.advantages import canonical_adv_norm
+
+    m = get_method(method)
+    if m.optimizer is None:
+        raise ValueError(f"method {method!r} declares no optimizer preset (a baseline): it has no training recipe")
+    paper = dict(m.paper)
+    cfg, note = loss_config(m)
+    notes = [note] if note else []
+    kw: dict[str, Any] = {"epsilon": float(paper.get("eps_low", paper.get("clip", cfg.eps_low))),
+                          "epsilon_high": float(paper.get("eps_high", paper.get("clip", cfg.eps_high))),
+                          "beta": float(paper.get("kl_loss_coef", paper.get("kl_coef", cfg.kl_coef))),
+                          "temperature": float(paper.get("temperature", 1.0))}
+    if cfg.agg in LOSS_TYPES:
+        kw["loss_type"] = LOSS_TYPES[cfg.agg]
+    else:
+        notes.append(f"loss aggregation {cfg.agg!r} has no TRL loss_type: TRL's default used")
+    adv = canonical_adv_norm(cfg.adv_norm)
+    scale = {"group_std": "group", "group_mean": "none", "reinforce_pp": "batch"}  # REINFORCE++: batch std
+    if adv in scale:
+        kw["scale_rewards"] = scale[adv]
+    else:
+        notes.append(f"advantage {cfg.adv_norm!r} has no TRL scale_rewards: 'group' used")
+    if cfg.surrogate == "sequence":
+        kw["importance_sampling_level"] = "sequence"  # GSPO / DSPO
+    if "lr" in paper:
+        kw["learning_rate"] = float(paper["lr"])
+    group = paper.get("group_size") or cfg.group_size
+    if group:
+        kw["num_generations"] = int(group)
+    if cfg.dynamic_filter:
+        notes.append("dynamic sampling (DAPO filter) has no GRPOTrainer field: not applied")
+    if cfg.kl_coef_end is not None or paper.get("kl_coef_end") is not None:
+        notes.append("KL anneal has no GRPOConfig field: constant beta used")
+    return kw, notes
