@@ -59,3 +59,32 @@ def test_loop_sends_the_protocols_stops_and_per_turn_limits(parity):
     assert sp["include_stop_str_in_output"] is True and sp["temperature"] == 0
     assert sampled["sampling_params"]["seed"] == 7 * 1009  # the engine's per-turn seed, turn 0
     assert greedy["registry"]["_target_"] == "workbench.integrations.verl.agent_loop.WorkbenchAgentLoop"
+
+
+# --------------------------------------------------------------------------- retrieval_url: tools over HTTP
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    out = tmp_path_factory.mktemp("verl-remote") / "remote.json"
+    proc = run_in_verl(["tests/verl_agent_loop_remote.py", str(out)], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_loop_with_retrieval_url_equals_the_in_process_tools(remote):
+    entry = remote["exported_entry"]  # what `workbench export verl --retrieval-url` writes
+    assert entry["retrieval_url"].startswith("http://127.0.0.1:") and entry["method"] == "search_r1"
+    got, want = remote["cases"]["remote"], remote["cases"]["local"]
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want):
+        assert g == w  # ids, mask, observation texts, tool calls with passage ids, finish reason
+        assert len(g["calls"]) == 2 and all(c["error"] is None and c["ids"] for c in g["calls"])
+    assert remote["server_queries"] == 4  # every search of the remote case went to the server
+
+
+def test_loop_with_a_server_that_is_down_records_failed_searches(remote):
+    for row in remote["cases"]["down"]:
+        assert row["finish_reason"] == "answer" and len(row["calls"]) == 2
+        assert all("unreachable" in c["error"] and "serve-retrieval" in c["error"] for c in row["calls"])
+        assert all("Search failed" in o for o in row["observations"])

@@ -14,6 +14,7 @@ def serve_retrieval_args(p: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  workbench serve-retrieval                          # BM25 over the world, plus /kg and /plan\n"
         "  workbench serve-retrieval --corpus wiki-18.jsonl --port 8000\n"
+        "  workbench serve-retrieval --corpus wiki-18.jsonl --index-dir /data/wiki18-bm25   # 21M passages, mmap\n"
         "  curl -s 127.0.0.1:8000/retrieve -d '{\"queries\": [\"who founded x\"], \"topk\": 3, \"return_scores\": true}'\n"
         "Search-R1's retrieval_service_url / verl's search tool take http://127.0.0.1:PORT/retrieve unchanged."
     )
@@ -22,6 +23,9 @@ def serve_retrieval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retriever", default="bm25", choices=("bm25", "dense"), help="(default: %(default)s)")
     p.add_argument("--encoder", default=None, help="dense encoder path or name (default: the bundled MiniLM)")
     p.add_argument("--limit", type=int, default=None, help="first N passages of the corpus only")
+    p.add_argument("--index-dir", default=None, metavar="DIR", help="a sharded, memory-mapped BM25 index (for "
+                   "wiki-18's 21M passages): built in DIR from --corpus the first time (streaming), then loaded")
+    p.add_argument("--shard-size", type=int, default=1_000_000, help="passages per shard of --index-dir (default: %(default)s)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s; 0.0.0.0 exposes it)")
     p.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
     p.add_argument("--topk", type=int, default=3, help="topk when a request gives none (default: %(default)s, Search-R1)")
@@ -33,7 +37,8 @@ def serve_retrieval(args: argparse.Namespace) -> int:
 
     from workbench.integrations.retrieval_server import create_app, load_service
 
-    service = load_service(args.corpus, args.retriever, limit=args.limit, encoder=args.encoder)
+    service = load_service(args.corpus, args.retriever, limit=args.limit, encoder=args.encoder,
+                           index_dir=args.index_dir, shard_size=args.shard_size)
     app = create_app(service, default_topk=args.topk, max_topk=args.max_topk)
     logging.getLogger(__name__).warning("serving %d passages (%s) on http://%s:%d/retrieve", service.n_passages,
                                         args.retriever, args.host, args.port)
@@ -50,6 +55,7 @@ def export_args(p: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  workbench export verl --method search_r1 --out exports/search_r1\n"
         "  workbench export verl --method dynasearcher --dataset hotpotqa --split dev --limit 500 --out exp/ds\n"
+        "  workbench export verl --method search_r1 --retrieval-url http://127.0.0.1:8000 --out exp/sr1   # shared server\n"
         "writes train.parquet / val.parquet (verl's RLHFDataset columns), reward.py (custom_reward_function.path)\n"
         "and run_<method>.sh (the paper's hyperparameters as verl Hydra overrides; not yet run on GPUs)."
     )
@@ -61,6 +67,8 @@ def export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N questions per file")
     p.add_argument("--corpus", default="world", help="corpus the reward resolves passage ids against and the server serves (default: %(default)s)")
     p.add_argument("--model", default="Qwen/Qwen2.5-3B-Instruct", help="actor model path in the launch script (default: %(default)s)")
+    p.add_argument("--retrieval-url", default=None, metavar="URL", help="a running `workbench serve-retrieval` "
+                   "(http://127.0.0.1:8000) the agent loop's tools call instead of each worker indexing the corpus")
     p.add_argument("--out", required=True, help="output directory")
 
 
@@ -68,7 +76,7 @@ def export_command(args: argparse.Namespace) -> int:
     from workbench.integrations.verl.export import export_verl
 
     out = export_verl(args.method, args.dataset, args.out, split=args.split, val_dataset=args.val_dataset,
-                      limit=args.limit, corpus=args.corpus, model=args.model)
+                      limit=args.limit, corpus=args.corpus, model=args.model, retrieval_url=args.retrieval_url)
     for name, path in out.items():
         print(f"{name:>8}: {path}")
     return 0

@@ -5,7 +5,8 @@ Search-R1 (``search_r1/search/retrieval_server.py``), verl's search tool and oth
     POST /retrieve  {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}
 
 and read ``{"result": [[{"document": {"id": ..., "contents": '"Title"\\ntext'}, "score": 1.2}, ...], ...]}``
-(one list per query; without ``return_scores`` each item is the document itself). ``contents`` is
+(one list per query; without ``return_scores`` each item is the document itself; with our ``return_meta`` each
+document also has ``title``, ``text`` and ``source``, read by ``workbench.tools.remote``). ``contents`` is
 FlashRAG's ``"Title"\\ntext`` so their ``_passages2string`` renders ``Doc 1(Title: "Title") text``.
 
 Richer endpoints over the same data: ``POST /kg`` (``entities``, ``relations``, ``query`` → triples of
@@ -139,6 +140,8 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
         queries: list[str] = Field(min_length=1, max_length=max_queries)
         topk: int | None = Field(default=None, ge=1, le=max_topk)
         return_scores: bool = False
+        return_meta: bool = False
+        """Ours: each document also carries ``title``, ``text`` and ``source`` (``workbench.tools.remote``)."""
 
     class KGRequest(BaseModel):
         entities: list[str] = Field(default_factory=list, max_length=64)
@@ -183,10 +186,15 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
     async def retrieve(req: QueryRequest) -> dict[str, Any]:
         queries = [clean_text(q)[:MAX_QUERY_CHARS] for q in req.queries]
         k = req.topk or default_topk
-        hits = await queue.search(queries, k)
+        try:
+            hits = await queue.search(queries, k)
+        except Exception as e:  # the search failed (logged by the queue): say why, keep the connection usable
+            return JSONResponse({"error": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
+        doc = (lambda h: {**document(h), "title": h.title, "text": h.text, "source": h.source}) if req.return_meta \
+            else document
         if req.return_scores:
-            return {"result": [[{"document": document(h), "score": float(h.score)} for h in row] for row in hits]}
-        return {"result": [[document(h) for h in row] for row in hits]}
+            return {"result": [[{"document": doc(h), "score": float(h.score)} for h in row] for row in hits]}
+        return {"result": [[doc(h) for h in row] for row in hits]}
 
     @app.post("/kg")
     async def kg(req: KGRequest) -> dict[str, Any]:
@@ -247,8 +255,16 @@ class ServerThread:
 
 
 def load_service(corpus: str | None = None, retriever: str = "bm25", *, limit: int | None = None,
-                 encoder: Any = None) -> "RetrievalService":
-    """The world (default: passages and graph) or a corpus file (FlashRAG JSONL or any :func:`load_corpus` layout)."""
+                 encoder: Any = None, index_dir: str | None = None, shard_size: int = 1_000_000) -> "RetrievalService":
+    """The world (default: passages and graph) or a corpus file (FlashRAG JSONL or any :func:`load_corpus` layout).
+
+    ``index_dir`` (or a ``corpus`` that is such a directory): a sharded, memory-mapped BM25 index
+    (:mod:`workbench.tools.bm25_sharded`, for wiki-18's 21M passages), built there from ``corpus`` the first time.
+    """
+    from workbench.tools.bm25_sharded import is_text_index
+
+    if index_dir is not None or (corpus and is_text_index(corpus)):
+        return sharded_service(corpus, retriever, index_dir=index_dir, limit=limit, shard_size=shard_size)
     if corpus is None or corpus == "world":
         from workbench.data.world import load_world
 
@@ -258,3 +274,36 @@ def load_service(corpus: str | None = None, retriever: str = "bm25", *, limit: i
     from workbench.data.corpora import load_corpus
 
     return RetrievalService.from_passages(load_corpus(corpus, limit=limit), retriever, encoder=encoder)
+
+
+def sharded_service(corpus: str | None, retriever: str = "bm25", *, index_dir: str | None = None,
+                    limit: int | None = None, shard_size: int = 1_000_000) -> "RetrievalService":
+    """BM25 over a sharded index directory (no /kg or /plan: those need the passages in memory)."""
+    import itertools
+    import json
+    from pathlib import Path
+
+    from workbench.tools.bm25_sharded import ShardedBM25Search, build_text_index, is_text_index
+
+    if retriever != "bm25":
+        raise ValueError(f"--index-dir is a BM25 index; --retriever {retriever} cannot use it (drop one of them)")
+    path = Path(index_dir or str(corpus))
+    if not is_text_index(path):
+        if corpus is None or corpus == "world":
+            from workbench.data.world import load_world
+
+            passages: Any = iter(load_world().passages)
+        else:
+            from workbench.data.corpora import iter_flashrag_corpus, load_corpus
+
+            with open(corpus, encoding="utf-8-sig") as f:  # FlashRAG JSONL streams; other layouts load whole
+                first = f.readline()
+            try:
+                streams = "contents" in json.loads(first)
+            except (ValueError, TypeError):
+                streams = False
+            passages = iter_flashrag_corpus(corpus) if streams else iter(load_corpus(corpus))
+        log.warning("building a sharded BM25 index of %s in %s", corpus or "world", path)
+        build_text_index(itertools.islice(passages, limit), path, shard_size=shard_size)
+    search = ShardedBM25Search(path)
+    return RetrievalService(search, len(search), "bm25-sharded")

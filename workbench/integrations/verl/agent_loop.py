@@ -23,6 +23,7 @@ Configuration: an agent-loop config file (``actor_rollout_ref.rollout.agent.agen
       _target_: workbench.integrations.verl.agent_loop.WorkbenchAgentLoop
       method: search_r1        # or protocol: <name>
       corpus: world            # 'world' or a corpus file (each rollout worker builds its own index)
+      retrieval_url: http://127.0.0.1:8000   # optional: call `workbench serve-retrieval` instead (corpus unused)
 
 Not yet run on GPUs: tested on CPU with verl's own classes and a server-manager stand-in over our HF backend
 (:class:`BackendServerManager`), whose ids and masks equal the engine's for the same seed.
@@ -61,8 +62,9 @@ _STOP_WINDOW = 16  # tokens decoded from the end of a turn to find which stop st
 
 
 @functools.lru_cache(maxsize=4)
-def _protocol_and_toolbox(method: str | None, protocol: str | None, corpus: str, retriever: str) -> tuple[Protocol, Toolbox]:
-    """The protocol and its toolbox, built once per rollout worker process."""
+def _protocol_and_toolbox(method: str | None, protocol: str | None, corpus: str, retriever: str,
+                          retrieval_url: str | None = None) -> tuple[Protocol, Toolbox]:
+    """The protocol and its toolbox, built once per rollout worker process (remote tools: one HTTP client)."""
     from workbench.tools.toolbox import build_toolbox
 
     if method:
@@ -75,6 +77,10 @@ def _protocol_and_toolbox(method: str | None, protocol: str | None, corpus: str,
         proto = get_protocol(protocol)
     else:
         raise ValueError("WorkbenchAgentLoop needs method= or protocol= (keys of its agent-loop config entry)")
+    if retrieval_url:
+        from workbench.tools.remote import remote_toolbox
+
+        return proto, remote_toolbox(proto, retrieval_url)
     if corpus == "world":
         from workbench.data.world import load_world
 
@@ -140,6 +146,8 @@ class WorkbenchAgentLoop(AgentLoopBase):
     Args (from the agent-loop config entry; verl's own arguments go to ``AgentLoopBase``):
         method: a method name (its protocol with its arguments); or ``protocol``: a protocol name.
         corpus: ``world`` or a corpus file the toolbox searches.
+        retrieval_url: ``http://host:port`` of a ``workbench serve-retrieval``: the protocol's tools call it
+            (:mod:`workbench.tools.remote`) instead of building an index per worker; ``corpus`` is then unused.
         retriever: ``bm25`` or ``dense``.
         max_turns: policy turns per trajectory (default: ``multi_turn.max_assistant_turns``, else the engine's 4).
         max_new_tokens: tokens per policy turn (default: the engine's 256; never past ``response_length``).
@@ -148,11 +156,12 @@ class WorkbenchAgentLoop(AgentLoopBase):
     """
 
     def __init__(self, *args: Any, method: str | None = None, protocol: str | None = None, corpus: str = "world",
-                 retriever: str = "bm25", max_turns: int | None = None, max_new_tokens: int | None = None,
-                 seed: int | None = None, tools: Any = None, **kwargs: Any):
+                 retriever: str = "bm25", retrieval_url: str | None = None, max_turns: int | None = None,
+                 max_new_tokens: int | None = None, seed: int | None = None, tools: Any = None, **kwargs: Any):
         kwargs.pop("name", None)  # the config entry's own name
         super().__init__(*args, **kwargs)
-        self.protocol, self.toolbox = _protocol_and_toolbox(method, protocol, str(corpus), retriever)
+        self.protocol, self.toolbox = _protocol_and_toolbox(method, protocol, str(corpus), retriever,
+                                                            str(retrieval_url) if retrieval_url else None)
         self.response_length = int(self.rollout_config.response_length)
         default = RolloutConfig()
         turns = max_turns or self.rollout_config.multi_turn.get("max_assistant_turns") or default.max_turns

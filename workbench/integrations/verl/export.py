@@ -10,7 +10,8 @@
 - ``run_<method>.sh``: ``python3 -m verl.trainer.main_ppo`` with the method's ``paper`` values and
   optimizer preset as Hydra overrides (:func:`verl_overrides`). Not yet run on GPUs.
 - ``agent_loop.yaml``: verl's agent-loop config naming :class:`~.agent_loop.WorkbenchAgentLoop` with the method
-  and corpus (the launch script sets it as the default agent loop).
+  and corpus (the launch script sets it as the default agent loop); with ``retrieval_url`` its tools call that
+  ``workbench serve-retrieval`` instead of each rollout worker indexing the corpus.
 - ``search_tool_config.yaml``: verl's own search tool pointed at ``workbench serve-retrieval`` (the alternative:
   verl's ``tool_agent`` loop with its own tool-call grammar instead of the method's protocol).
 """
@@ -193,7 +194,8 @@ def launch_script(method: Any, out: Path, model: str) -> str:
 
 
 AGENT_LOOP_CONFIG = """# verl agent loop (actor_rollout_ref.rollout.agent.agent_loop_config_path): the method's protocol and toolbox
-# (workbench.integrations.verl.agent_loop). Each rollout worker builds its own index of the corpus.
+# (workbench.integrations.verl.agent_loop). Each rollout worker builds its own index of the corpus, unless
+# retrieval_url names a `workbench serve-retrieval` its tools call instead.
 - name: workbench
   _target_: workbench.integrations.verl.agent_loop.WorkbenchAgentLoop
   method: {method}
@@ -264,9 +266,16 @@ def _examples(dataset: str, split: str | None, limit: int | None) -> tuple[list[
 
 def export_verl(method: str, dataset: str = "world", out: str | Path = "exports", *, split: str | None = None,
                 val_dataset: str | None = None, limit: int | None = None, corpus: str = "world",
-                model: str = "Qwen/Qwen2.5-3B-Instruct", retrieval_url: str = RETRIEVAL_URL) -> dict[str, Path]:
-    """Write the verl inputs of ``method`` on ``dataset`` into ``out``; returns ``{what: path}``."""
+                model: str = "Qwen/Qwen2.5-3B-Instruct", retrieval_url: str | None = None) -> dict[str, Path]:
+    """Write the verl inputs of ``method`` on ``dataset`` into ``out``; returns ``{what: path}``.
+
+    ``retrieval_url``: a ``workbench serve-retrieval`` (``http://host:port``) the agent loop's tools call; also the
+    URL in ``search_tool_config.yaml`` (default there: ``RETRIEVAL_URL``).
+    """
     from workbench.methods import get_method
+    from workbench.tools.remote import base_url
+
+    server = base_url(retrieval_url) if retrieval_url else None
 
     m = get_method(method)
     if m.reward is None:
@@ -283,9 +292,12 @@ def export_verl(method: str, dataset: str = "world", out: str | Path = "exports"
                                  out / "val.parquet")
     (out / "reward.py").write_text(REWARD_MODULE.format(method=m.name, corpus=corpus))
     paths["reward"] = out / "reward.py"
-    (out / "agent_loop.yaml").write_text(AGENT_LOOP_CONFIG.format(method=json.dumps(m.name), corpus=json.dumps(corpus)))
+    loop_config = AGENT_LOOP_CONFIG.format(method=json.dumps(m.name), corpus=json.dumps(corpus))
+    if server:
+        loop_config += f"  retrieval_url: {json.dumps(server)}  # tools call this server; corpus unused by the loop\n"
+    (out / "agent_loop.yaml").write_text(loop_config)
     paths["agent_loop"] = out / "agent_loop.yaml"
-    (out / "search_tool_config.yaml").write_text(TOOL_CONFIG.format(url=retrieval_url))
+    (out / "search_tool_config.yaml").write_text(TOOL_CONFIG.format(url=f"{server}/retrieve" if server else RETRIEVAL_URL))
     paths["tools"] = out / "search_tool_config.yaml"
     script = out / f"run_{m.name}.sh"
     script.write_text(launch_script(m, out, model))

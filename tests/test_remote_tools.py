@@ -1,0 +1,227 @@
+"""Tools backed by ``workbench serve-retrieval`` (``workbench/tools/remote.py``), over real HTTP on loopback:
+the same hits, triples, plan records and whole trajectories as the in-process tools on the same corpus, and
+every way the server can fail recorded as a failed tool call (never raised)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app  # noqa: E402
+from workbench.protocols import get_protocol  # noqa: E402
+from workbench.rollout.backends.scripted import ScriptedBackend  # noqa: E402
+from workbench.rollout.engine import RolloutConfig, rollout  # noqa: E402
+from workbench.tools.base import Passage, Toolbox  # noqa: E402
+from workbench.tools.remote import RemoteRetrieval, base_url, remote_toolbox  # noqa: E402
+from workbench.tools.toolbox import build_toolbox  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def served(world):
+    app = create_app(RetrievalService.from_passages(world.passages, world=world))
+    with ServerThread(app) as s:
+        yield s, app
+
+
+def questions(world, n=20):
+    return [e for e in world.split("train")[:n]]
+
+
+def test_remote_search_returns_the_in_process_hits(world, served):
+    s, app = served
+    local = build_toolbox("search_r1", world).tools["search"]
+    client = RemoteRetrieval(s.url + "/retrieve")  # Search-R1 configs give the endpoint: accepted
+    queries = [e.question for e in questions(world)] + [e.decomposition[0] for e in questions(world) if e.decomposition]
+    before = app.state.queue.batches
+    remote = client.search_batch(queries, k=5)
+    assert app.state.queue.batches == before + 1  # one request, one bm25s call for the whole batch
+    expected = local.search_batch(queries, k=5)
+    assert remote == expected  # ids, titles, texts, scores and sources, field for field
+    assert {h.source for row in remote for h in row} > {"wiki"}  # the world's news / academic sources survive
+    assert client.search_batch([], k=3) == [] and client.search_batch(["x"], k=0) == [[]]
+
+
+def test_remote_kg_returns_the_in_process_triples(world, served):
+    s, _ = served
+    local = build_toolbox("dynasearcher", world).tools["kg"]
+    client = RemoteRetrieval(s.url)
+    for ex in questions(world, 6):
+        step = ex.kg_path[0]
+        args = {"entities": [step["head"]], "relations": [step["relation"]], "query": ex.question}
+        got = client.kg(**args)
+        assert got == local(**args) and got
+    assert client.kg(entity=ex.kg_path[0]["head"]) == local(entity=ex.kg_path[0]["head"])  # DynaSearcher's keys
+
+
+def scripts(ex) -> dict[str, list[str]]:
+    step = ex.kg_path[0]
+    request = json.dumps({"query": ex.question, "entity": [step["head"]], "relation": [step["relation"]]})
+    return {
+        "search_r1": [f"<search> {ex.decomposition[0]} </search>", f"<search> {ex.question} </search>",
+                      "<answer> yes </answer>"],
+        "dynasearcher": [f"<think> t </think>\n<search> {request} </search>",
+                         "<think> t </think>\n<answer> \\boxed{yes} </answer>"],
+        "rsearch_dag": [f"<search>\nNodes:\nA: {ex.decomposition[0]} (General)\nB: {ex.question} (News)\nEdges: A -> B\n"
+                        "</search>", "<answer> yes </answer>"],
+    }
+
+
+@pytest.mark.parametrize("name", ["search_r1", "dynasearcher", "rsearch_dag"])
+def test_a_trajectory_through_the_server_equals_the_in_process_one(tokenizer, world, served, name):
+    s, _ = served
+    proto = get_protocol(name)
+    exs = questions(world, 3)
+    local_tb, remote_tb = build_toolbox(proto, world), remote_toolbox(proto, s.url)
+    assert local_tb.names() == remote_tb.names()
+    for ex in exs:
+        script = scripts(ex)[name]
+        local, remote = (rollout([ex], proto, tb, ScriptedBackend(tokenizer, script), RolloutConfig(max_turns=4),
+                                 progress=False)[0] for tb in (local_tb, remote_tb))
+        assert remote.token_ids == local.token_ids and remote.loss_mask == local.loss_mask
+        assert [t.text for t in remote.turns] == [t.text for t in local.turns]
+        calls_l = [c for t in local.turns for c in t.tool_calls]
+        calls_r = [c for t in remote.turns for c in t.tool_calls]
+        assert calls_r and all(c.ok for c in calls_r), [c.error for c in calls_r]
+        assert [(c.name, c.results) for c in calls_r] == [(c.name, c.results) for c in calls_l]
+        ids = [h["id"] for c in calls_r for h in c.results if "id" in h]
+        assert ids or name == "rsearch_dag"  # passage ids travel, so recall-by-id features work
+        if name == "rsearch_dag":
+            assert any(c.name != "plan" and c.results for c in calls_r)  # the plan's nodes retrieved passages
+
+
+# --------------------------------------------------------------------------- failures
+
+
+class Failing:
+    def search_batch(self, queries, k):
+        raise RuntimeError("index shard missing")
+
+    def __call__(self, query, k=3):
+        raise RuntimeError("index shard missing")
+
+
+def not_json_app():
+    from fastapi import FastAPI
+    from fastapi.responses import PlainTextResponse
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    async def retrieve() -> PlainTextResponse:
+        return PlainTextResponse("<html>proxy login</html>")
+
+    return app
+
+
+def wrong_shape_app():
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    async def retrieve() -> dict:
+        return {"result": [[{"document": {"contents": "no id"}, "score": 1.0}]]}
+
+    return app
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("down", "unreachable"),
+    ("500", "HTTP 500: search failed: RuntimeError: index shard missing"),
+    ("not json", "not {\"result\": [...]} JSON"),
+    ("wrong shape", "is not {document: {id, contents}, score}"),
+    ("404 kg", "HTTP 404: no knowledge graph is loaded"),
+])
+def test_server_failures_are_recorded_tool_failures(tokenizer, case, words):
+    if case == "down":
+        app = None
+    elif case == "500":
+        app = create_app(RetrievalService(Failing(), 1))
+    elif case == "not json":
+        app = not_json_app()
+    elif case == "wrong shape":
+        app = wrong_shape_app()
+    else:
+        app = create_app(RetrievalService.from_passages([Passage("p1", "T", "text")], kg=False))
+
+    def check(url):
+        tool = "kg" if case == "404 kg" else "search"
+        tb = remote_toolbox("dynasearcher", url, timeout_s=5)
+        call = tb.call(tool, **({"entities": ["T"]} if tool == "kg" else {"query": "q", "k": 3}))
+        assert not call.ok and "RemoteToolError" in call.error and words in call.error and url in call.error, call.error
+        if tool == "search":  # in a rollout: a failed_tool, the message in the observation, no exception
+            from workbench.rewards.features import compute_features
+
+            ex = Example("q1", "Who founded Tarnholm Mills?", ["Ada Quist"])
+            traj = rollout([ex], get_protocol("search_r1"), tb, ScriptedBackend(tokenizer, ["<search> q </search>",
+                           "<answer> x </answer>"]), progress=False)[0]
+            assert words in traj.turns[1].text and traj.finish_reason == "answer"
+            assert compute_features([traj], [ex], encoder=False, cache=False).iloc[0]["failed_tool"] == 1
+
+    from workbench.data.example import Example
+
+    if app is None:
+        check(f"http://127.0.0.1:{free_port()}")
+    else:
+        with ServerThread(app) as s:
+            check(s.url)
+
+
+def test_timeouts_are_recorded():
+    import time
+
+    class Slow:
+        def __call__(self, query, k=3):
+            time.sleep(1.5)
+            return []
+
+    with ServerThread(create_app(RetrievalService(Slow(), 1))) as s:
+        call = Toolbox({"search": remote_toolbox("search_r1", s.url, timeout_s=0.3).tools["search"]}).call(
+            "search", query="q", k=3)
+    assert not call.ok and "timed out after 0.3s" in call.error
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://x", ""])
+def test_bad_urls_name_the_fix(url):
+    with pytest.raises(ValueError, match="serve-retrieval"):
+        base_url(url)
+
+
+def test_a_tool_the_server_lacks_is_refused():
+    from workbench.tools.remote import remote_tools
+
+    with pytest.raises(ValueError, match="no 'calculator' tool"):
+        remote_tools(RemoteRetrieval("http://127.0.0.1:1"), ["search", "calculator"])
+
+
+def test_export_writes_the_retrieval_url_into_the_agent_loop_config(tmp_path, capsys):
+    import yaml
+
+    from workbench.cli import main
+    from workbench.integrations.verl.export import export_verl
+
+    paths = export_verl("search_r1", "world", tmp_path / "a", limit=2, retrieval_url="http://127.0.0.1:8000/retrieve")
+    entry = yaml.safe_load(paths["agent_loop"].read_text())[0]
+    assert entry["retrieval_url"] == "http://127.0.0.1:8000" and entry["method"] == "search_r1"
+    tools = yaml.safe_load(paths["tools"].read_text())
+    assert tools["tools"][0]["config"]["retrieval_service_url"] == "http://127.0.0.1:8000/retrieve"
+    plain = export_verl("search_r1", "world", tmp_path / "b", limit=2)
+    assert "retrieval_url" not in yaml.safe_load(plain["agent_loop"].read_text())[0]
+    code = main(["export", "verl", "--method", "search_r1", "--limit", "2", "--retrieval-url", "127.0.0.1:8000",
+                 "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--retrieval-url" not in err and "127.0.0.1:8000" in err and "serve-retrieval" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
