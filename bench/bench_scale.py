@@ -303,8 +303,19 @@ def section_inspector(root: Path, repeat: int, max_items: int | None = None) -> 
     words = ["hallervik", "timed out", "no such words anywhere", "the spouse of", "prize"]
     out["full-text search"] = _timed(lambda: ins.set_filters(text=words[k.__setitem__(0, k[0] + 1) or k[0] % 5]),
                                      repeat)
-    out["full-text search, a word in no trajectory (a full scan)"] = _timed(
+    out["full-text search, a word in no trajectory"] = _timed(
         lambda: ins.set_filters(text=f"zqxj{k.__setitem__(0, k[0] + 1) or k[0]}"), max(3, repeat // 4))
+    out["full-text search, a phrase in no trajectory (common words)"] = _timed(
+        lambda: ins.set_filters(text=["the prize of", "spouse timed", "out of the"][k.__setitem__(0, k[0] + 1) or k[0] % 3]),
+        max(3, repeat // 4))
+    # the peer in the same run: the same words by DuckDB's scan of every file (no word index), as before
+    from widgets.inspector import TEXT_HITS
+    from workbench import trajectory_store as store
+
+    files = ins.data.files
+    out["full-text search by scan, no index (before)"] = _timed(
+        lambda: store._scan_rows(files, words[k.__setitem__(0, k[0] + 1) or k[0] % 5], None, store.SEARCH_COLUMNS,
+                                 TEXT_HITS), max(3, repeat // 4))
     rid = runs[len(runs) // 2].id
     out["full-text search in one run (run filter set)"] = _timed(
         lambda: ins.set_filters(run=rid, text=words[k.__setitem__(0, k[0] + 1) or k[0] % 5]), repeat)

@@ -33,10 +33,15 @@ INDEX_COLUMNS = ("question", "response_text", "answer")
 #: A word, as the index splits lower-cased text (RE2's and Python's ASCII classes agree on it).
 WORD = "[0-9a-z_]+"
 _WORD_RE = re.compile(WORD)
-_STAMP = b"workbench.words.source"
-#: A file whose candidates exceed this share of its rows is scanned instead (checking most rows in Python is
-#: slower than DuckDB's scan).
+_STAMP = b"workbench.words.v2.source"  # the format's version: an index of another format is stale
+#: Words per row group of an index (sorted, so a read of some words skips the other groups by their min/max).
+INDEX_GROUP_ROWS = 1024
+#: A query whose candidates exceed this share of its rows is scanned instead (checking most rows in Python is
+#: slower than DuckDB's scan, which stops at the view's hit limit).
 SCAN_SHARE = 0.25
+#: A query that is not a single word has its candidates' text checked (:func:`verify_rows`, which reads their row
+#: groups) when there are at most this many over all files; more are scanned.
+VERIFY_ROWS = 5000
 
 
 def index_path(path: str | os.PathLike) -> Path:
@@ -89,8 +94,8 @@ def build_index(path: str | os.PathLike) -> Path:
     table = cursor().sql(sql).to_arrow_table()
     table = table.replace_schema_metadata({_STAMP: stamp})
     idx = index_path(p)
-    with atomic_path(idx) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+    with atomic_path(idx) as tmp:  # sorted by token in small row groups: a word's rows are read from one or two
+        pq.write_table(table, tmp, compression="zstd", row_group_size=INDEX_GROUP_ROWS)
     return idx
 
 
@@ -156,45 +161,69 @@ def query_words(text: str) -> list[tuple[str, str]]:
     return out
 
 
-_MATCH = {"exact": "token = $w", "prefix": "starts_with(token, $w)", "suffix": "suffix(token, $w)",
-          "inside": "contains(token, $w)"}
-
-
 def candidate_rows(indexes: Sequence[Path], words: Sequence[tuple[str, str]],
                    sizes: Sequence[int]) -> list[np.ndarray | None]:
     """Per index, the rows of its file (``sizes``: its rows) that may hold the query (sorted), or None where the
     query's words are in so many rows that a scan is cheaper (:func:`too_many`). ``words`` from :func:`query_words`.
 
-    First, per word, how many rows hold it in each file (one aggregate query over all indexes); then each file's
-    rows of its rare words only, intersected (a word too common to narrow is left to :func:`verify_rows`)."""
+    The words are matched against the indexes' vocabulary in memory (:func:`vocabulary`): a word no text holds
+    answers at once, without reading any file. Then the rows of the rarest word are read (only the index row groups
+    whose token range holds its matching words), intersected with each other word rare enough to narrow them; a
+    common word is left to :func:`verify_rows`."""
     from workbench.trajectory_store import cursor
 
     if not indexes:
         return []
+    tokens, totals = vocabulary(indexes)
+    matched = sorted(((toks, int(totals[toks].sum())) for toks in (_matching(tokens, w, where) for w, where in
+                                                                    set(words))), key=lambda m: m[1])
+    empty = np.array([], dtype=np.int64)
+    if matched[0][1] == 0:
+        return [empty for _ in indexes]
+    if too_many(matched[0][1], sum(sizes)):
+        return [None for _ in indexes]
     pos = {str(p): i for i, p in enumerate(indexes)}
-    uniq = sorted(set(words))
-    counts = np.zeros((len(uniq), len(indexes)), dtype=np.int64)
-    for k, (word, where) in enumerate(uniq):
-        out = cursor().execute(f"SELECT filename, sum(n) FROM {_source(indexes)} WHERE {_MATCH[where]} "
-                               "GROUP BY filename", {"w": word}).fetchall()
-        for name, n in out:
-            counts[k, pos[str(Path(name))]] = int(n)
     rows: list[np.ndarray | None] = [None] * len(indexes)
-    dense = [too_many(int(counts[:, i].min()), sizes[i]) for i in range(len(indexes))]
-    for k in np.argsort(counts.sum(axis=1), kind="stable"):  # rarest word first
-        word, where = uniq[k]
-        files = [i for i in range(len(indexes)) if not dense[i] and not too_many(int(counts[k, i]), sizes[i])
-                 and (rows[i] is None or len(rows[i]))]
-        if not files:
-            continue
-        got = {i: np.array([], dtype=np.int64) for i in files}
-        out = cursor().execute(f"SELECT filename, flatten(list(rows)) FROM {_source([indexes[i] for i in files])} "
-                               f"WHERE {_MATCH[where]} GROUP BY filename", {"w": word}).fetchall()
+    for k, (toks, total) in enumerate(matched):
+        if k and too_many(total, sum(sizes)):
+            break
+        got = [empty] * len(indexes)
+        out = cursor().execute(f"SELECT filename, flatten(list(rows)) FROM {_source(indexes)} "
+                               "WHERE token IN (SELECT unnest($t)) GROUP BY filename",
+                               {"t": [tokens[i] for i in toks]}).fetchall()
         for name, r in out:
             got[pos[str(Path(name))]] = np.unique(np.asarray(r, dtype=np.int64))
-        for i, g in got.items():
-            rows[i] = g if rows[i] is None else np.intersect1d(rows[i], g, assume_unique=True)
-    return [None if dense[i] else (r if r is not None else np.array([], dtype=np.int64)) for i, r in enumerate(rows)]
+        rows = [g if old is None else np.intersect1d(old, g, assume_unique=True) for old, g in zip(rows, got)]
+    return [r if r is not None else empty for r in rows]
+
+
+def _matching(tokens: list[str], word: str, where: str) -> np.ndarray:
+    """Positions of the vocabulary's tokens (sorted) that hold ``word`` as ``where`` says."""
+    import bisect
+
+    if where in ("exact", "prefix"):
+        lo = bisect.bisect_left(tokens, word)
+        hi = lo + int(tokens[lo:lo + 1] == [word]) if where == "exact" else bisect.bisect_left(tokens, word + "\U0010ffff")
+        return np.arange(lo, hi, dtype=np.int64)
+    test = str.endswith if where == "suffix" else str.__contains__
+    return np.fromiter((i for i, t in enumerate(tokens) if test(t, word)), dtype=np.int64)
+
+
+def vocabulary(indexes: Sequence[Path]) -> tuple[list[str], np.ndarray]:
+    """The distinct words of these indexes (sorted) and how many rows hold each, over all of them; one query, then
+    kept in memory for the same set of index files (a view's searches share it)."""
+    from workbench.trajectory_store import cursor
+
+    key = tuple((str(p), _stamp(Path(p))) for p in indexes)
+    if key not in _VOCAB:
+        out = cursor().execute(f"SELECT token, sum(n) AS n FROM {_source(indexes)} GROUP BY token ORDER BY token"
+                               ).fetchnumpy()
+        _VOCAB.clear()  # one set at a time: a view's runs
+        _VOCAB[key] = (list(out["token"]), np.asarray(out["n"], dtype=np.int64))
+    return _VOCAB[key]
+
+
+_VOCAB: dict[tuple, tuple[list[str], np.ndarray]] = {}
 
 
 def _source(indexes: Sequence[Path]) -> str:

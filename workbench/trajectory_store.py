@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.text_index import answers_alone, candidate_rows, ensure_index, num_rows, query_words, verify_rows
+from workbench.text_index import (
+    VERIFY_ROWS,
+    answers_alone,
+    candidate_rows,
+    ensure_index,
+    num_rows,
+    query_words,
+    verify_rows,
+)
 from workbench.trajectory import Trajectory
 
 #: The columns full-text search looks in (a trajectory's question, every turn's text, its answer).
@@ -122,6 +130,8 @@ def _indexed_search(files: Sequence[str | os.PathLike], text: str, limit: int | 
     sizes = [num_rows(files[i]) for i in have]
     cands = dict(zip(have, candidate_rows([indexes[i] for i in have], query_words(text), sizes)))
     alone, out, left = answers_alone(text), {}, max_hits
+    if not alone and sum(len(c) for c in cands.values() if c is not None) > VERIFY_ROWS:
+        cands = {}  # too many candidates to read one by one: DuckDB's scan is faster (and stops at max_hits)
     i = 0
     while i < len(files) and (left is None or left > 0):
         if cands.get(i) is None:  # no index, or too many candidates: DuckDB scans (consecutive files at once)
