@@ -113,7 +113,7 @@ def filter_trajectories(
         if corpus is None:
             corpus = (frame["question"].astype(str) + "\n" + frame["answer"].astype(str)).str.lower()
         keep &= corpus.reindex(frame.index).str.contains(text.lower(), regex=False)
-    return [int(i) for i in np.flatnonzero(keep.to_numpy())]
+    return np.flatnonzero(keep.to_numpy()).tolist()
 
 
 def same_question(frame: pd.DataFrame, i: int, source: str) -> int | None:
