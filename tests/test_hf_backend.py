@@ -167,3 +167,52 @@ def test_cpu_budgets_bound_the_cache_the_batches_and_the_prefill_chunks(policy):
     gpu_like = hf.HFBackend(model, tok, prefill_bytes=None)
     gpu_like.prefill_bytes = None
     assert gpu_like.prefill_chunk(6, 1000) == 1000  # no budget: one forward
+
+
+@pytest.mark.parametrize("room", [256, 3])
+def test_preallocated_decoding_gives_the_same_outputs(policy, monkeypatch, room):
+    """Decoding into preallocated key/value buffers (the default) gives exactly what transformers' concatenating
+    DynamicCache gives: greedy ids, sampled ids for a seed, logprobs; for a group of identical prompts (prefilled
+    once, rows taken from it), distinct left-padded ones, and a second turn that reuses the first's cache; with
+    room for every token, and with room for 3 (the buffers double while decoding)."""
+    from workbench.rollout.backends import hf
+    from workbench.rollout.backends.hf import HFBackend
+
+    monkeypatch.setattr(hf, "DECODE_ROOM", room)
+
+    model, tok = policy
+    q = _prompt(tok, "Who wrote Hamlet? Answer in one sentence.")
+    prompts = [q] * 3 + [_prompt(tok, "Name two rivers in Europe."), _prompt(tok, "Count from one to five.")]
+    outs = {}
+    for pre in (False, True):
+        be = HFBackend(model, tok, preallocate=pre)
+        greedy = be.generate(prompts, SamplingParams(max_new_tokens=16, temperature=0.0))
+        sampled = be.generate(prompts, SamplingParams(max_new_tokens=16, temperature=1.0, seed=5))
+        turn2 = be.generate([q + greedy[0].token_ids + _prompt(tok, "And when?")],
+                            SamplingParams(max_new_tokens=8, temperature=0.0))
+        assert be.stats["reused_tokens"] > 0  # the second turn did reuse a cache saved from a decode
+        outs[pre] = [(g.token_ids, g.logprobs, g.finish_reason) for g in greedy + sampled + turn2]
+    assert [o[0] for o in outs[True]] == [o[0] for o in outs[False]]
+    assert [o[2] for o in outs[True]] == [o[2] for o in outs[False]]
+    for (_, a, _), (_, b, _) in zip(outs[True], outs[False]):
+        assert max((abs(x - y) for x, y in zip(a, b)), default=0.0) < 1e-5
+    assert len({tuple(o[0]) for o in outs[True][:3]}) == 1  # the greedy group agrees with itself
+
+
+def test_buffered_cache_layer_grows_and_selects_rows():
+    import torch
+
+    from workbench.rollout.backends.hf import _BufferedLayer
+
+    k, v = torch.randn(3, 2, 4, 5), torch.randn(3, 2, 4, 5)
+    layer = _BufferedLayer(k, v, room=1)
+    k2, v2 = torch.randn(3, 2, 3, 5), torch.randn(3, 2, 3, 5)  # more than the room: the buffer grows
+    keys, values = layer.update(k2, v2)
+    assert torch.equal(keys, torch.cat([k, k2], 2)) and torch.equal(values, torch.cat([v, v2], 2))
+    assert layer.get_seq_length() == 7
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    k3 = torch.randn(2, 2, 1, 5)
+    keys, _ = layer.update(k3, k3)
+    assert torch.equal(keys, torch.cat([torch.cat([k, k2], 2)[[2, 0]], k3], 2))
+    group = _BufferedLayer(k[:1], v[:1], room=2, rows=[0, 0, 0])  # one prefilled prompt -> three rows
+    assert torch.equal(group.keys, k[:1].expand(3, -1, -1, -1)) and group._k.shape[2] == 6

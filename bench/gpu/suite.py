@@ -8,9 +8,13 @@ largest group × length that fits, on random-initialised models of real architec
 Self-contained: needs torch, transformers, peft, accelerate and this package; no internet. The models are
 the published Qwen2.5 configurations (written out below) with random weights — throughput and memory do not
 depend on the weights — and the tokenizer is the packaged SmolLM2 one (its ids are valid in Qwen2.5's larger
-vocabulary). bf16 on CUDA (LoRA weights fp32), fp32 on CPU. MFU is the step's FLOPs
+vocabulary). bf16 weights on CUDA with the training forward under bf16 autocast (``LoRAPolicy(amp="auto")``;
+LoRA weights and the log-softmax fp32), fp32 on CPU. MFU is the step's FLOPs
 (:mod:`workbench.rl.flops`) per second over the device's measured dense matmul peak (bf16 on CUDA, fp32 on
-CPU), measured here with large square ``torch.matmul``. Prints one markdown table; ``--out`` writes JSON.
+CPU), measured here with large square ``torch.matmul``. Gradient checkpointing: the memory the training forward
+holds for its backward (:mod:`workbench.rl.memory`: CUDA allocated bytes, or the C heap in use on a CPU), and on
+CUDA the step's peak, with and without it (no shared prefix in either: the two do not combine). Prints one
+markdown table; ``--out`` writes JSON.
 
 Figures on a GPU: not yet measured on hardware (see ``bench/RESULTS.md``).
 """
@@ -103,11 +107,19 @@ def _batch(tok, group: int, prompt_len: int, resp_len: int, seed: int):
     return build_batch(trajs, advantages=adv, pad_id=0)
 
 
+def _grpo_loss(policy, b, prefix_len: int):
+    from workbench.rl.config import get_loss_config
+    from workbench.rl.losses import policy_loss
+
+    logp = policy.logprobs(b.input_ids, b.attention_mask, target_mask=b.loss_mask > 0, prefix_len=prefix_len)
+    loss, _ = policy_loss(logp, None, None, b.advantages, b.loss_mask, get_loss_config("grpo", kl_coef=0.0),
+                          b.global_tokens, b.global_seqs)
+    return loss
+
+
 def train_step(policy, optimizer, batch, shared_prefix: bool) -> tuple[float, float]:
     """One LoRA GRPO step (forward, loss, backward, AdamW) on ``batch``; returns ``(seconds, FLOPs)``."""
-    from workbench.rl.config import get_loss_config
     from workbench.rl.flops import backward_flops, forward_flops, model_shape, work_of
-    from workbench.rl.losses import policy_loss
     from workbench.rl.shared_prefix import common_prefix_len
 
     dev = policy.device
@@ -116,16 +128,39 @@ def train_step(policy, optimizer, batch, shared_prefix: bool) -> tuple[float, fl
     _sync(dev)
     t0 = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    logp = policy.logprobs(b.input_ids, b.attention_mask, target_mask=b.loss_mask > 0, prefix_len=P)
-    loss, _ = policy_loss(logp, None, None, b.advantages, b.loss_mask, get_loss_config("grpo", kl_coef=0.0),
-                          b.global_tokens, b.global_seqs)
-    loss.backward()
+    _grpo_loss(policy, b, P).backward()
     optimizer.step()
     _sync(dev)
     secs = time.perf_counter() - t0
     shape = model_shape(policy.base)
     work = work_of(b.attention_mask.sum(-1).tolist(), int((b.loss_mask > 0).sum()), P)
     return secs, forward_flops(shape, *work) + backward_flops(shape, *work)
+
+
+def checkpointing_memory(policy, optimizer, batch) -> dict:
+    """MiB the training forward holds for its backward without and with gradient checkpointing (and on CUDA the
+    step's peak allocated GiB for each); no shared prefix in either."""
+    import torch
+
+    from workbench.rl.memory import held_for_backward
+
+    dev = policy.device
+    b = batch.to(dev)
+    out = {}
+    for name, on in (("plain", False), ("ckpt", True)):
+        policy.enable_gradient_checkpointing() if on else policy.disable_gradient_checkpointing()
+        optimizer.zero_grad(set_to_none=True)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        loss, held = held_for_backward(lambda: _grpo_loss(policy, b, 0), dev)
+        loss.backward()
+        del loss
+        out[f"held_{name}_mib"] = held / 2**20
+        if dev.type == "cuda":
+            out[f"step_peak_{name}_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    policy.disable_gradient_checkpointing()
+    optimizer.zero_grad(set_to_none=True)
+    return out
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -194,6 +229,7 @@ def run_model(name: str, args, device, dtype, peak: float, tok) -> list[dict]:
         rows.append({"model": name, "group": G, "rollout_tokens_per_s": gen_tokens / gen_s,
                      "train_tokens_per_s": tokens / secs, "train_step_s": secs, "mfu": flops / secs / peak,
                      "peak_memory_gib": peak_memory_gib(device)})
+        rows[-1].update(checkpointing_memory(policy, optimizer, batch))
     fit = largest_fit(policy, optimizer, tok, max(args.groups), args.prompt_len, args.fit_lengths)
     for r in rows:
         r["largest_fit"] = f"{max(args.groups)} x ({args.prompt_len}+{fit})" if fit else "none"
@@ -241,12 +277,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = [r for name in names for r in run_model(name, args, device, dtype, peak, tok)]
     where = torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
     print(f"{time.strftime('%Y-%m-%d')} · {where} · torch {torch.__version__} · {dtype} · matmul peak "
-          f"{peak / 1e12:.2f} TFLOP/s · prompt {args.prompt_len}, {args.new_tokens} new tokens, LoRA r={args.lora_r}")
-    print("| model | group | rollout tok/s | train tok/s | step (s) | MFU | peak mem (GiB) | largest fit |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+          f"{peak / 1e12:.2f} TFLOP/s · prompt {args.prompt_len}, {args.new_tokens} new tokens, LoRA r={args.lora_r} · "
+          f"autocast {'bf16' if cuda else 'off'}")
+    print("| model | group | rollout tok/s | train tok/s | step (s) | MFU | peak mem (GiB) | largest fit "
+          "| held for backward (MiB): plain → checkpointed |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
+        held = f"{r['held_plain_mib']:.1f} → {r['held_ckpt_mib']:.1f}"
+        if "step_peak_plain_gib" in r:
+            held += f" (step peak {r['step_peak_plain_gib']:.2f} → {r['step_peak_ckpt_gib']:.2f} GiB)"
         print(f"| {r['model']} | {r['group']} | {r['rollout_tokens_per_s']:.0f} | {r['train_tokens_per_s']:.0f} | "
-              f"{r['train_step_s']:.2f} | {100 * r['mfu']:.1f}% | {r['peak_memory_gib']:.1f} | {r['largest_fit']} |")
+              f"{r['train_step_s']:.2f} | {100 * r['mfu']:.1f}% | {r['peak_memory_gib']:.1f} | {r['largest_fit']} "
+              f"| {held} |")
     if args.out:
         Path(args.out).write_text(json.dumps({"device": where, "dtype": str(dtype), "rows": rows}, indent=1))
     return rows

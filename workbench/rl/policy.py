@@ -4,6 +4,13 @@ of the sampled tokens without a float32 batch × tokens × vocab tensor.
 - The reference policy is the same model with the adapter disabled
   (``with model.disable_adapter():``): no second copy of the weights in memory.
 - bf16 on CUDA, fp32 on CPU (``workbench.models.load_policy``); adapter weights stay fp32.
+- ``amp`` (``TrainConfig.amp``): the transformer body runs under ``torch.autocast(bf16)`` (``auto``: on
+  CUDA only), the LoRA weights stay fp32 (their master copy and gradients), and the head's log-softmax
+  stays fp32 (:func:`selective_logprobs`, outside autocast).
+- ``gradient_checkpointing`` (``TrainConfig.gradient_checkpointing``): each decoder layer's activations are
+  recomputed in backward instead of kept (transformers' non-reentrant checkpointing), for forwards with
+  gradient only; the shared-prefix forward needs the prefix's key/value cache, which checkpointed layers
+  drop, so the two are refused together.
 - :func:`selective_logprobs` runs the transformer body once, then applies ``lm_head`` +
   float32 log-softmax to a chunk of positions at a time and keeps only the sampled token's
   logprob (and its logsumexp). Backward recomputes each chunk's logits instead of keeping all
@@ -17,10 +24,11 @@ of the sampled tokens without a float32 batch × tokens × vocab tensor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +50,7 @@ DEFAULT_TARGETS: dict[str, list[str]] = {
 _HAS_MLP = {t for t, v in DEFAULT_TARGETS.items() if v is ATTN_TARGETS}
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+AMP_MODES = ("auto", "bf16", "off")
 
 
 # ---------------------------------------------------------------------------- logprob kernels
@@ -226,12 +235,16 @@ class LoRAPolicy:
             e.g. an SFT run's, instead of a fresh one.
         merge_init: merge ``init_adapter`` into the base weights and put a fresh adapter on top (the
             reference policy is then the initial policy, not the base model).
+        amp: ``auto`` (bf16 autocast on CUDA, none on CPU), ``bf16`` (everywhere: CPU autocast too) or ``off``.
+        gradient_checkpointing: recompute each decoder layer in backward (less activation memory, one more
+            forward of the body per backward).
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike | None = DEFAULT_MODEL, r: int = 16, alpha: int = 32,
                  dropout: float = 0.0, target_modules: Sequence[str] | None = None, device: str | None = "auto",
                  dtype: Any = None, *, include_mlp: bool = False, model: nn.Module | None = None,
-                 tokenizer: Any = None, init_adapter: str | os.PathLike | None = None, merge_init: bool = False):
+                 tokenizer: Any = None, init_adapter: str | os.PathLike | None = None, merge_init: bool = False,
+                 amp: str = "auto", gradient_checkpointing: bool = False):
         from peft import LoraConfig, get_peft_model
 
         if model is None:
@@ -252,6 +265,62 @@ class LoRAPolicy:
         self.init_adapter = None if init is None else str(init)
         if init is not None and not merge_init:
             self.load_adapter(init)
+        self.amp_dtype: torch.dtype | None = None
+        self.set_amp(amp)
+        self.gradient_checkpointing = False
+        self._ckpt_layers: list[nn.Module] = []
+        if gradient_checkpointing:
+            self.enable_gradient_checkpointing()
+
+    # ------------------------------------------------------------------ precision and memory
+    def set_amp(self, amp: str) -> None:
+        """Autocast the body's forward to bf16: ``auto`` on CUDA only, ``bf16`` on any device, ``off`` never."""
+        if amp not in AMP_MODES:
+            raise ValueError(f"amp {amp!r} is not one of {AMP_MODES}")
+        on = amp == "bf16" or (amp == "auto" and self.device.type == "cuda")
+        self.amp_dtype = torch.bfloat16 if on else None
+
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute every decoder layer in backward (transformers' non-reentrant activation checkpointing).
+
+        transformers checkpoints a layer only while it is in training mode; the policy stays in eval mode
+        (no dropout), so :meth:`logprobs` flags the decoder layers alone as training for forwards with
+        gradient (their submodules, dropout included, keep their mode).
+        """
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        lm = self.base
+        enable = getattr(lm, "activation_checkpointing_enable", None)  # transformers >= 5.2x; the old name warns
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:  # pragma: no cover - older transformers (the GPU machines' 5.17)
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._ckpt_layers = [m for m in lm.modules() if isinstance(m, GradientCheckpointingLayer)]
+        if not self._ckpt_layers:
+            raise ValueError(f"gradient checkpointing: {type(lm).__name__} has no checkpointable decoder layers")
+        self.gradient_checkpointing = True
+
+    def disable_gradient_checkpointing(self) -> None:
+        """Keep every layer's activations again (undoes :meth:`enable_gradient_checkpointing`)."""
+        if self.gradient_checkpointing:
+            disable = getattr(self.base, "activation_checkpointing_disable", None) or self.base.gradient_checkpointing_disable
+            disable()
+        self.gradient_checkpointing, self._ckpt_layers = False, []
+
+    @contextlib.contextmanager
+    def _forward_mode(self) -> Iterator[None]:
+        """Autocast (``amp``) and, for a forward with gradient, checkpointed decoder layers."""
+        layers = self._ckpt_layers if self.gradient_checkpointing and torch.is_grad_enabled() else []
+        was = [m.training for m in layers]
+        for m in layers:
+            m.training = True  # only the layer itself: transformers checks it; its dropouts keep eval mode
+        try:
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
+                                enabled=self.amp_dtype is not None):
+                yield
+        finally:
+            for m, w in zip(layers, was):
+                m.training = w
 
     # ------------------------------------------------------------------ basics
     @property
@@ -316,9 +385,16 @@ class LoRAPolicy:
             tm = target_mask.to(dev).bool() & am.bool()
             if tm[:, 0].any():
                 raise ValueError("target_mask[:, 0] is set, but nothing predicts the first token of a sequence")
-        h = self._hidden(ids, am, prefix_len)  # (B, T, H)
+        if prefix_len > 0 and self.gradient_checkpointing and torch.is_grad_enabled():
+            raise ValueError("prefix_len > 0 (micro_batching='shared_prefix') cannot be combined with gradient "
+                             "checkpointing: checkpointed layers drop the shared prefix's key/value cache; use "
+                             "micro_batching='bucket' or turn gradient_checkpointing off")
+        with self._forward_mode():
+            h = self._hidden(ids, am, prefix_len)  # (B, T, H)
+        head_dtype = self.base.get_output_embeddings().weight.dtype
         b_idx, t_idx = tm.nonzero(as_tuple=True)
-        res = selective_logprobs(h[b_idx, t_idx - 1], self._head(), ids[b_idx, t_idx], chunk_size, with_entropy)
+        rows = h[b_idx, t_idx - 1].to(head_dtype)  # outside autocast: the head in the weights' dtype, log-softmax fp32
+        res = selective_logprobs(rows, self._head(), ids[b_idx, t_idx], chunk_size, with_entropy)
         lp, ent = res if with_entropy else (res, None)
         out = lp.new_zeros(B, T).index_put((b_idx, t_idx), lp)
         if ent is None:

@@ -88,6 +88,14 @@ class TrainConfig:
     """How rows form micro-batches (none changes the gradient): ``sequential`` (batch order), ``bucket`` (sorted
     by length: less padding), ``shared_prefix`` (one group's rows together, their shared prompt run once with
     gradient: ``workbench.rl.shared_prefix``)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them (less memory for long
+    sequences, about one more forward of the body per update; ``workbench.rl.memory`` measures it). Not with
+    ``micro_batching="shared_prefix"`` (checkpointed layers drop the shared prompt's key/value cache)."""
+    amp: str = "auto"
+    """Mixed precision of the training forward: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` (autocast
+    on any device) or ``off``. LoRA weights and their optimizer state stay fp32; the logprobs' log-softmax is
+    fp32 (``workbench.rl.policy``)."""
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
@@ -211,6 +219,13 @@ class TrainConfig:
                       "add --rollout-backend openai or drop --server")
         if self.micro_batching not in MICRO_BATCHING:
             raise bad("micro_batching", f"{self.micro_batching!r} is not one of {MICRO_BATCHING}")
+        if self.gradient_checkpointing and self.micro_batching == "shared_prefix":
+            raise bad("gradient_checkpointing", "cannot be combined with micro_batching='shared_prefix' (checkpointed "
+                      "layers drop the shared prompt's key/value cache); use --micro-batching bucket or drop it")
+        from workbench.rl.policy import AMP_MODES
+
+        if self.amp not in AMP_MODES:
+            raise bad("amp", f"{self.amp!r} is not one of {AMP_MODES}")
         if self.tis_cap is not None and not self.tis_cap >= 1.0:
             raise bad("tis_cap", f"must be >= 1 (weights are capped at it; None = off), got {self.tis_cap}")
 

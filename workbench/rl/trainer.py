@@ -125,6 +125,10 @@ class Trainer:
             from workbench.rl.policy import adapter_dir
 
             policy.load_adapter(adapter_dir(config.init_adapter))
+        if hasattr(policy, "set_amp"):  # a LoRAPolicy (tests pass stand-ins)
+            policy.set_amp(config.amp)
+            if config.gradient_checkpointing and not policy.gradient_checkpointing:
+                policy.enable_gradient_checkpointing()
         self.policy = policy
         if self.world_size > 1:  # start in step: every process takes rank 0's adapter
             for p in policy.trainable_parameters():

@@ -10,7 +10,8 @@ Less work per update (``TrainConfig.micro_batching``):
 
 None of them changes the gradient (micro-batch losses are normalized by the mini-batch's global counts).
 Logged per step: ``padded_token_share`` (padding among the positions the update's forwards computed),
-``trained_tokens`` (real tokens of the batch × epochs), ``trained_tokens_per_s`` (over ``time_update_s``),
+``trained_tokens`` (real tokens of the batch × epochs), ``trained_tokens_per_s`` (over ``time_update_s``;
+``cpu_update_s`` is the same phase's process CPU time),
 and the FLOPs of the update (:mod:`workbench.rl.flops`) with the achieved ``update_flops_per_s``.
 
 Rollout/trainer mismatch (as verl logs it): the backend's sampling logprobs against the trainer's own
@@ -155,7 +156,7 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
     acc: dict[str, list[float]] = {}
     work = _Work(model_shape(trainer.policy.base))
     tis: dict[str, float] = {"clipped": 0.0, "n": 0.0}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.policy.model.train(cfg.lora_dropout > 0)  # dropout only when there is some
     for _epoch in range(lc.ppo_epochs):
         minis = batch.mini_batches(n_mini, generator=gen if n_mini > 1 else None)
@@ -198,6 +199,7 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
     trainer.optimizer.zero_grad(set_to_none=True)
     trainer.policy.model.eval()
     secs["update"] = time.perf_counter() - t0
+    cpu_update = time.process_time() - c0  # the process's CPU time: less disturbed by other jobs than the wall time
     out = summarize_updates(acc)
     if mismatch.get("n"):
         n = mismatch["n"]
@@ -210,7 +212,7 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
     out.update(trained_tokens=float(work.trained), update_flops=work.flops,
                padded_token_share=1.0 - work.real / max(1, work.computed),
                trained_tokens_per_s=work.trained / max(1e-9, secs["update"]),
-               update_flops_per_s=work.flops / max(1e-9, secs["update"]))
+               update_flops_per_s=work.flops / max(1e-9, secs["update"]), cpu_update_s=cpu_update)
     out.update({f"time_{k}_s": v for k, v in secs.items()})
     return out
 

@@ -9,7 +9,9 @@ A small custom decoding loop instead of ``model.generate`` so that it
 - reuses key/value caches across calls (``prefix_cache=True``): a multi-turn rollout sends
   prompt + earlier turns + the new observation each turn, and only the new tokens are
   prefilled; identical prompts in one call (the members of a group at turn 0) are prefilled
-  once. On a CPU, where prefill dominates, this is most of the rollout time.
+  once. On a CPU, where prefill dominates, this is most of the rollout time;
+- decodes into key/value buffers with room for the coming tokens (doubled when full), instead of
+  transformers' ``DynamicCache``, which concatenates (copies) every layer's whole cache at every step.
 
 Works on CPU (fp32) and CUDA (bf16); with a peft model it samples from the current adapter.
 Call ``clear_cache()`` after the weights change (the engine does so at the end of each rollout).
@@ -32,6 +34,7 @@ from collections import OrderedDict
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from workbench.rollout.backends.base import (
     EOS,
@@ -50,6 +53,7 @@ _STOP_WINDOW = 16  # tokens decoded from the end of each sequence to look for st
 CPU_CACHE_BYTES = 384 << 20  # kept key/value caches between calls (256 MiB: no lower eval peak, 6 % more CPU)
 CPU_BATCH_BYTES = 384 << 20  # key/value caches of one forward batch
 CPU_PREFILL_BYTES = 64 << 20  # attention scores (+ softmax) of one prefill forward: sets the chunk length
+DECODE_ROOM = 256  # decode tokens the key/value buffers have room for at first; they double when full
 
 
 class _Entry:
@@ -79,13 +83,20 @@ class HFBackend(Backend):
         prefill_bytes: memory budget of the attention scores and probabilities of one prefill forward
             (rows x heads x chunk x keys x 2 floats): the new tokens are prefilled in chunks that fit (at
             least one token); None: 64 MiB on a CPU, one forward on an accelerator (fused attention).
+        preallocate: decode into key/value buffers with room for the call's token limit, at most ``DECODE_ROOM``
+            (256) tokens, doubled when full (:class:`_BufferedLayer`: one token written per step) instead of
+            transformers' concatenating ``DynamicCache`` (the reference: the same outputs,
+            ``tests/test_hf_backend.py``). A batch's caches then hold rows x (prompt + min(limit, 256)) tokens from
+            its first step, within what ``batch_bytes`` budgets (rows x (prompt + limit)).
     """
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, prefix_cache: bool = True,
-                 cache_bytes: int | None = None, batch_bytes: int | None = None, prefill_bytes: int | None = None):
+                 cache_bytes: int | None = None, batch_bytes: int | None = None, prefill_bytes: int | None = None,
+                 preallocate: bool = True):
         self.model = model
+        self.preallocate = preallocate
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.prefix_cache = prefix_cache
@@ -300,8 +311,12 @@ class HFBackend(Backend):
         past, attn, pos, logits = self._prefill(u_prompts, entries)
         if len(u_prompts) < len(rows):
             sel = torch.tensor(expand, device=attn.device)
-            past.batch_select_indices(sel)
             attn, pos, logits = attn[sel], pos[sel], logits[sel]
+            if not self.preallocate:
+                past.batch_select_indices(sel)
+        if self.preallocate:  # decode steps write in place (the group's rows taken from its one prefill here)
+            room = min(DECODE_ROOM, max(limits[i] for i in rows))  # a large limit that EOS cuts short costs no memory
+            _preallocate(past, expand if len(u_prompts) < len(rows) else None, room)
         row_of = list(rows)  # batch position -> row
 
         while True:
@@ -339,6 +354,50 @@ class HFBackend(Backend):
             )
             past, logits = out.past_key_values, out.logits[:, -1, :]
         return results  # type: ignore[return-value]
+
+
+class _BufferedLayer(DynamicLayer):
+    """A :class:`transformers.DynamicLayer` whose keys/values live in a buffer with room for the tokens still to
+    come: ``update`` writes the new token in place, where ``DynamicLayer`` concatenates, copying the whole cache
+    (every row, every layer) at every decode step — a third of a batched decode's time on a CPU
+    (``bench/RESULTS.md``). Attention reads ``keys``/``values``, views of the filled part: the same values and
+    length as the concatenated cache, so the outputs do not change."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int, rows: list[int] | None = None):
+        super().__init__()
+        _, H, n, D = keys.shape  # rows, heads, tokens, head dim
+        rows = list(range(keys.shape[0])) if rows is None else rows
+        self._k, self._v = keys.new_empty((len(rows), H, n + room, D)), values.new_empty((len(rows), H, n + room, D))
+        for r, src in enumerate(rows):  # row by row: one copy (indexing first would copy twice)
+            self._k[r, :, :n], self._v[r, :, :n] = keys[src], values[src]
+        self.n = n
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.n], self._v[:, :, : self.n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        m = key_states.shape[-2]
+        if self.n + m > self._k.shape[-2]:  # full: double the buffer (amortized: one copy per doubling)
+            grow = lambda t: torch.cat([t, t.new_empty((*t.shape[:2], max(m, t.shape[2]), t.shape[3]))], dim=2)  # noqa: E731
+            self._k, self._v = grow(self._k), grow(self._v)
+        self._k[:, :, self.n : self.n + m] = key_states
+        self._v[:, :, self.n : self.n + m] = value_states
+        self.n += m
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views()
+
+
+def _preallocate(past: Any, rows: list[int] | None, room: int) -> None:
+    """Replace each layer of the ``DynamicCache`` ``past`` by a :class:`_BufferedLayer` with ``room`` more tokens,
+    taking its batch rows ``rows`` (all when None: a group's one prefilled prompt becomes its G rows here)."""
+    for i, layer in enumerate(past.layers):
+        past.layers[i] = _BufferedLayer(layer.keys, layer.values, room, rows)
 
 
 def _kv_bytes_per_token(model: Any) -> int:
