@@ -24,12 +24,11 @@ runs a single ``search_batch`` in a thread, and answers each request with its sl
 
 import asyncio
 import logging
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.http_stack import BodyGuard, ServerThread  # noqa: F401 - ServerThread re-exported
 from workbench.textsafe import clean_text
 from workbench.tools.base import Hit, Passage
 
@@ -162,19 +161,7 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors) or "invalid request"
         return JSONResponse({"error": msg, "detail": errors}, status_code=422)
 
-    @app.middleware("http")
-    async def _utf8_body(request: Request, call_next: Any) -> Any:
-        if request.method == "POST":
-            body = await request.body()
-            if len(body) > max_body_bytes:
-                return JSONResponse({"error": f"request body of {len(body)} bytes is over {max_body_bytes}"},
-                                    status_code=413)
-            try:
-                body.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return JSONResponse({"error": f"the request body is not UTF-8 ({e.reason} at byte {e.start})"},
-                                    status_code=400)
-        return await call_next(request)
+    app.add_middleware(BodyGuard, max_bytes=max_body_bytes, error=lambda status, msg: {"error": msg})
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -218,40 +205,6 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
         return {"result": records}
 
     return app
-
-
-class ServerThread:
-    """Run an app with uvicorn in a background thread (tests, notebooks, benchmarks): ``with ServerThread(app) as s: s.url``."""
-
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0):
-        import socket
-
-        import uvicorn
-
-        if port == 0:
-            with socket.socket() as sock:
-                sock.bind((host, 0))
-                port = sock.getsockname()[1]
-        self.host, self.port = host, port
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def __enter__(self) -> "ServerThread":
-        self.thread.start()
-        t0 = time.monotonic()
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() - t0 > 30:
-                raise RuntimeError(f"retrieval server did not start on {self.url}")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 def load_service(corpus: str | None = None, retriever: str = "bm25", *, limit: int | None = None,

@@ -1,6 +1,7 @@
 """A local OpenAI-compatible completions server over any ``Backend``.
 
-``serve(backend)`` starts a ``ThreadingHTTPServer`` in a background thread with
+``serve(backend)`` starts a FastAPI app under uvicorn in a background thread (the HTTP stack of
+``workbench serve-retrieval``: :mod:`workbench.http_stack`) with
 
 - ``POST /v1/completions``: ``prompt`` as token ids (``[1, 2, 3]``), text, or a list of either;
   ``max_tokens`` (default 16), ``temperature``, ``top_p``, ``stop``, ``seed``, ``logprobs``,
@@ -15,13 +16,19 @@
   /v1/unload_lora_adapter`` (``{"lora_name"}``), and completions with ``model=<lora_name>``
   (:mod:`workbench.rollout.lora_serving`). The trainer's ``rollout_backend="openai"`` uses it.
 
-It is what the HTTP tests and benchmarks point ``OpenAIBackend`` at, and a way to share one
-model between processes. Requests that arrive together are batched: one worker thread collects
-the requests queued within ``batch_window_s`` (up to ``max_batch`` prompts), groups them by
-sampling settings and makes one ``backend.generate`` call per group, so the backend is only
-ever called from that thread. Greedy results are exact; a seeded sampled batch uses the seed
-of its first request, so seeded sampling over HTTP is reproducible only when requests are
-batched the same way.
+It is the CPU test double of a real inference server: on GPUs, serve the model with vLLM
+(``vllm serve MODEL --return-tokens-as-token-ids [--enable-lora]``) or SGLang
+(``python -m sglang.launch_server --model-path MODEL``) and point ``OpenAIBackend`` / ``TrainConfig.server``
+there. The HTTP tests and benchmarks point ``OpenAIBackend`` at this one, and it is a way to share one
+model between processes. Errors are OpenAI's ``{"error": {"message", "type", "code"}}`` (a body over
+``MAX_BODY_BYTES``: 413; a wrong or missing ``api_key``: 401, checked before routing).
+
+Requests that arrive together are batched: one worker thread collects the requests queued within
+``batch_window_s`` (up to ``max_batch`` prompts), groups them by sampling settings and makes one
+``backend.generate`` call per group, so the backend is only ever called from that thread. A request
+waits on that thread's future (not on a threadpool thread), so any number of them can share a batch.
+Greedy results are exact; a seeded sampled batch uses the seed of its first request, so seeded
+sampling over HTTP is reproducible only when requests are batched the same way.
 
     python -m workbench.rollout.server --model smollm2-135m --port 8000 [--enable-lora]
 """
@@ -29,19 +36,22 @@ batched the same way.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import queue
-import socket
+import sys
 import threading
 import time
 import uuid
 from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
+
+from workbench.http_stack import BodyGuard, ServerThread, json_response
 from workbench.rollout.backends.base import ERROR, LENGTH, STOP, Backend, Generation, SamplingParams
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX, is_loopback_host
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
@@ -77,11 +87,17 @@ class _Batcher:
         self._thread = threading.Thread(target=self._run, name="completion-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, prompts: list[list[int]], params: SamplingParams, limits: list[int],
-               adapter: str | None = None) -> list[Generation]:
+    def enqueue(self, prompts: list[list[int]], params: SamplingParams, limits: list[int],
+                adapter: str | None = None) -> Future:
+        """Queue a request; the future resolves to its generations (or the batch's exception)."""
         fut: Future = Future()
         self._q.put(_Job(prompts, params, limits, fut, adapter))
-        return fut.result()
+        return fut
+
+    def submit(self, prompts: list[list[int]], params: SamplingParams, limits: list[int],
+               adapter: str | None = None) -> list[Generation]:
+        """Queue a request and wait for its generations."""
+        return self.enqueue(prompts, params, limits, adapter).result()
 
     def close(self) -> None:
         self._q.put(None)
@@ -140,10 +156,8 @@ class _Batcher:
             i += len(j.prompts)
 
 
-class CompletionServer(ThreadingHTTPServer):
-    """The HTTP server; ``stop()`` shuts it down (also on leaving a ``with`` block)."""
-
-    daemon_threads = True
+class CompletionServer:
+    """The running server (uvicorn in a background thread); ``stop()`` shuts it down (also on leaving a ``with``)."""
 
     def __init__(self, addr: tuple[str, int], backend: Backend, model_name: str, api_key: str | None,
                  max_batch: int, batch_window_s: float, return_tokens_as_token_ids: bool,
@@ -153,28 +167,22 @@ class CompletionServer(ThreadingHTTPServer):
         self.api_key = api_key
         self.return_tokens_as_token_ids = return_tokens_as_token_ids
         self.adapters = adapters
+        self.http = ServerThread(create_app(self), *addr, name="completion-server")  # binds: OSError if in use
+        self.server_address = (addr[0], self.http.port)
         self.batcher = _Batcher(backend, max_batch, batch_window_s, adapters)
-        self._thread: threading.Thread | None = None
-        super().__init__(addr, _Handler)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="completion-server", daemon=True)
-        self._thread.start()
+        self.http.start()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self.shutdown()
-            self._thread.join(timeout=30)
-            self._thread = None
-        self.server_close()
+        self.http.stop()
         self.batcher.close()
+
+    def __enter__(self) -> CompletionServer:
+        return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-class _CompletionServer6(CompletionServer):
-    address_family = socket.AF_INET6
 
 
 def serve(
@@ -195,8 +203,8 @@ def serve(
 
     Args:
         backend: any ``Backend`` (its tokenizer decodes text and encodes text prompts).
-        host: the address to bind; anything but a loopback address needs ``allow_remote=True``
-            (the server has no TLS and, without ``api_key``, no authentication).
+        host: the address to bind (IPv4 or IPv6, e.g. ``::1``); anything but a loopback address needs
+            ``allow_remote=True`` (the server has no TLS and, without ``api_key``, no authentication).
         port: 0 picks a free port.
         model_name: the name in ``/v1/models`` that requests must use (default: ``backend.name``).
         api_key: when set, requests need ``Authorization: Bearer <api_key>``.
@@ -216,187 +224,213 @@ def serve(
         raise ValueError(f"serve: max_batch must be >= 1, got {max_batch}")
     if batch_window_s < 0:
         raise ValueError(f"serve: batch_window_s must be >= 0, got {batch_window_s}")
-    cls = _CompletionServer6 if ":" in host else CompletionServer
     adapters = LoRAAdapters(backend, max_loras) if enable_lora else None
-    server = cls((host, port), backend, model_name or backend.name, api_key, max_batch, batch_window_s,
-                 return_tokens_as_token_ids, adapters)
-    server.start()
-    bound_host, bound_port = server.server_address[:2]
-    url_host = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-    return server, f"http://{url_host}:{bound_port}/v1"
+    server = CompletionServer((host, port), backend, model_name or backend.name, api_key, max_batch, batch_window_s,
+                              return_tokens_as_token_ids, adapters)
+    try:
+        server.start()
+    except BaseException:
+        server.stop()
+        raise
+    return server, server.http.url + "/v1"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: CompletionServer
-    server_version = "workbench-completions/1"
+# ---------------------------------------------------------------------------- the app
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        log.debug("%s " + format, self.address_string(), *args)
 
-    # ------------------------------------------------------------------ routing
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if not self._authorized():
-            return
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path in ("/v1/models", "/models"):
-            loras = self.server.adapters.names() if self.server.adapters is not None else []
-            self._send(200, {"object": "list", "data": [
-                {"id": self.server.model_name, "object": "model", "created": 0, "owned_by": "workbench"}] + [
-                {"id": n, "object": "model", "created": 0, "owned_by": "workbench", "parent": self.server.model_name}
-                for n in loras]})
-        elif path == "/health":
-            self._send(200, {"status": "ok", **self.server.batcher.stats})
-        else:
-            self._error(404, f"no route GET {self.path}", "not_found_error")
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> Any:
+    """An OpenAI-style error reply: ``{"error": {"message", "type", "code"}}``."""
+    return json_response(status, {"error": {"message": message, "type": kind, "code": status}})
 
-    def do_POST(self) -> None:  # noqa: N802
-        if not self._authorized():
-            return
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
-            self._lora(path)
-            return
-        if path not in ("/v1/completions", "/completions"):
-            self._error(404, f"no route POST {self.path}", "not_found_error")
-            return
+
+class _Gate:
+    """The outermost ASGI layer: the bearer key (checked before routing, for every path) and trailing slashes."""
+
+    def __init__(self, app: Any, api_key: str | None):
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            if self.expected is not None and dict(scope["headers"]).get(b"authorization") != self.expected:
+                await _error(401, "missing or wrong API key (Authorization: Bearer ...)",
+                             "authentication_error")(scope, receive, send)
+                return
+            path = scope["path"]
+            if len(path) > 1 and path.endswith("/"):
+                scope = {**scope, "path": path.rstrip("/") or "/"}
+        await self.app(scope, receive, send)
+
+
+def create_app(srv: CompletionServer) -> Any:
+    """The ASGI app of ``srv``: FastAPI routes inside :class:`BodyGuard` (413 / non-UTF-8) inside the key check.
+
+    Generation waits on the batcher's future, not on a thread, so the threadpool (which only parses
+    requests and renders replies) does not limit how many requests can be batched together.
+    """
+    from fastapi import FastAPI
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.responses import PlainTextResponse
+
+    app = FastAPI(title="workbench completions server", version="1", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(HTTPException)
+    async def _no_route(request: Request, exc: HTTPException) -> Any:
+        if exc.status_code in (404, 405):
+            return _error(404, f"no route {request.method} {request.url.path}", "not_found_error")
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.get("/v1/models")
+    @app.get("/models")
+    async def models() -> Any:
+        loras = srv.adapters.names() if srv.adapters is not None else []
+        return json_response(200, {"object": "list", "data": [
+            {"id": srv.model_name, "object": "model", "created": 0, "owned_by": "workbench"}] + [
+            {"id": n, "object": "model", "created": 0, "owned_by": "workbench", "parent": srv.model_name}
+            for n in loras]})
+
+    @app.get("/health")
+    async def health() -> Any:
+        return json_response(200, {"status": "ok", **srv.batcher.stats})
+
+    @app.post("/v1/completions")
+    @app.post("/completions")
+    async def completions(request: Request) -> Any:
         try:
-            body = self._read_json()
-            self._send(200, self._completions(body))
+            job = await run_in_threadpool(_prepare, srv, _read_json(await request.body()))
+            try:
+                gens = await asyncio.wrap_future(srv.batcher.enqueue(job.prompts, job.params, job.limits, job.adapter))
+            except AdapterError as e:  # unloaded between the check and the batch
+                raise BadRequest(str(e), e.status) from None
+            return json_response(200, await run_in_threadpool(_render, srv, job, gens))
         except BadRequest as e:
-            self._error(e.status, str(e), "invalid_request_error" if e.status < 500 else "server_error")
+            return _error(e.status, str(e), "invalid_request_error" if e.status < 500 else "server_error")
         except Exception as e:  # a backend failure: the client may retry
             log.exception("completion failed")
-            self._error(500, f"{type(e).__name__}: {e}", "server_error")
+            return _error(500, f"{type(e).__name__}: {e}", "server_error")
 
-    def _lora(self, path: str) -> None:
+    def lora_route(load: bool) -> Any:
         """vLLM's runtime LoRA endpoints; like vLLM, success is a plain-text 200."""
-        adapters = self.server.adapters
-        try:
-            body = self._read_json()
-            if adapters is None:
-                raise BadRequest("runtime LoRA loading is off: start the server with --enable-lora (serve(enable_lora=True))")
-            name = body.get("lora_name")
-            if path.endswith("/load_lora_adapter"):
-                adapters.load(name, body.get("lora_path"))
-                msg = f"Success: LoRA adapter '{name}' added successfully."
-            else:
-                adapters.unload(name)
-                msg = f"Success: LoRA adapter '{name}' removed successfully."
-        except BadRequest as e:
-            self._error(e.status, str(e), "invalid_request_error")
-            return
-        except AdapterError as e:
-            self._error(e.status, str(e), "invalid_request_error" if e.status != 404 else "not_found_error")
-            return
-        data = msg.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
-    # ------------------------------------------------------------------ completions
-    def _completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        srv = self.server
-        tok = srv.backend.tokenizer
-        model = body.get("model")
-        loras = srv.adapters.names() if srv.adapters is not None else []
-        if model is not None and model != srv.model_name and model not in loras:
-            served = ", ".join(repr(m) for m in [srv.model_name, *loras])
-            raise BadRequest(f"model {model!r} is not served here; this server serves {served}", 404)
-        for flag in ("stream", "echo"):
-            if body.get(flag):
-                raise BadRequest(f"{flag}=true is not supported by this server")
-        if body.get("n", 1) != 1 or body.get("best_of", 1) not in (1, None):
-            raise BadRequest("only n=1 is supported")
-        prompts = _parse_prompts(body.get("prompt"), tok)
-        max_tokens = body.get("max_tokens", 16)
-        if max_tokens is None:
-            max_tokens = 16
-        stop = body.get("stop") or ()
-        if isinstance(stop, str):
-            stop = (stop,)
-        logprobs = body.get("logprobs")
-        if not _is_int(max_tokens) or max_tokens < 0:
-            raise BadRequest(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
-        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
-            raise BadRequest(f"stop must be a string or a list of strings, got {stop!r}")
-        if logprobs is not None and (not _is_int(logprobs) or logprobs < 0):
-            raise BadRequest(f"logprobs must be an integer >= 0 or null, got {logprobs!r}")
-        seed = body.get("seed")
-        if seed is not None and not _is_int(seed):
-            raise BadRequest(f"seed must be an integer or null, got {seed!r}")
-        try:
-            temperature, top_p = body.get("temperature"), body.get("top_p")
-            params = SamplingParams(
-                max_new_tokens=int(max_tokens),
-                temperature=1.0 if temperature is None else float(temperature),
-                top_p=1.0 if top_p is None else float(top_p),
-                stop=tuple(stop),
-                seed=seed,
-            )
-        except (TypeError, ValueError) as e:
-            raise BadRequest(str(e)) from e
-        adapter = model if model in loras else None
-        try:
-            gens = srv.batcher.submit(prompts, params, [int(max_tokens)] * len(prompts), adapter)
-        except AdapterError as e:  # unloaded between the check and the batch
-            raise BadRequest(str(e), e.status) from None
-        failed = [g for g in gens if g.finish_reason == ERROR]
-        if failed:
-            raise BadRequest(f"backend error: {failed[0].error}", 500)
-        as_ids = body.get("return_tokens_as_token_ids")
-        opts = {
-            "logprobs": logprobs is not None,
-            "as_ids": srv.return_tokens_as_token_ids if as_ids is None else bool(as_ids),
-            "token_ids": bool(body.get("return_token_ids")),
-            "skip_special": bool(body.get("skip_special_tokens", True)),
-            "include_stop": bool(body.get("include_stop_str_in_output", False)),
-        }
-        choices = [_choice(i, p, g, tok, opts) for i, (p, g) in enumerate(zip(prompts, gens))]
-        n_prompt, n_out = sum(len(p) for p in prompts), sum(len(g.token_ids) for g in gens)
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": srv.model_name,
-            "choices": choices,
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
-        }
+        async def lora(request: Request) -> Any:
+            try:
+                body = _read_json(await request.body())
+                if srv.adapters is None:
+                    raise BadRequest("runtime LoRA loading is off: start the server with --enable-lora "
+                                     "(serve(enable_lora=True))")
+                name = body.get("lora_name")
+                if load:
+                    await run_in_threadpool(srv.adapters.load, name, body.get("lora_path"))
+                else:
+                    await run_in_threadpool(srv.adapters.unload, name)
+            except BadRequest as e:
+                return _error(e.status, str(e))
+            except AdapterError as e:
+                return _error(e.status, str(e), "invalid_request_error" if e.status != 404 else "not_found_error")
+            return PlainTextResponse(f"Success: LoRA adapter '{name}' {'added' if load else 'removed'} successfully.")
 
-    # ------------------------------------------------------------------ plumbing
-    def _authorized(self) -> bool:
-        key = self.server.api_key
-        if key and self.headers.get("Authorization") != f"Bearer {key}":
-            self._error(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
-            return False
-        return True
+        return lora
 
-    def _read_json(self) -> dict[str, Any]:
-        try:
-            n = int(self.headers.get("Content-Length") or 0)
-        except ValueError as e:
-            raise BadRequest("bad Content-Length") from e
-        if n <= 0 or n > MAX_BODY_BYTES:
-            raise BadRequest(f"request body must be 1..{MAX_BODY_BYTES} bytes of JSON, got {n}")
-        try:
-            body = json.loads(self.rfile.read(n))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise BadRequest(f"request body is not valid JSON: {e}") from e
-        if not isinstance(body, dict):
-            raise BadRequest("request body must be a JSON object")
-        return body
+    app.post("/v1/load_lora_adapter")(lora_route(True))
+    app.post("/v1/unload_lora_adapter")(lora_route(False))
+    guarded = BodyGuard(app, MAX_BODY_BYTES, lambda status, msg: {"error": {
+        "message": msg, "type": "invalid_request_error", "code": status}})
+    return _Gate(guarded, srv.api_key)
 
-    def _send(self, status: int, obj: dict[str, Any]) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
-    def _error(self, status: int, message: str, kind: str) -> None:
-        self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+def _read_json(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise BadRequest(f"request body must be 1..{MAX_BODY_BYTES} bytes of JSON, got 0")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"request body is not valid JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+# ---------------------------------------------------------------------------- completions
+
+
+@dataclass
+class _Request:
+    prompts: list[list[int]]
+    params: SamplingParams
+    limits: list[int]
+    adapter: str | None
+    opts: dict[str, bool]
+
+
+def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
+    """Check a completions request and encode its prompts (in a worker thread: text prompts are tokenized)."""
+    tok = srv.backend.tokenizer
+    model = body.get("model")
+    loras = srv.adapters.names() if srv.adapters is not None else []
+    if model is not None and model != srv.model_name and model not in loras:
+        served = ", ".join(repr(m) for m in [srv.model_name, *loras])
+        raise BadRequest(f"model {model!r} is not served here; this server serves {served}", 404)
+    for flag in ("stream", "echo"):
+        if body.get(flag):
+            raise BadRequest(f"{flag}=true is not supported by this server")
+    if body.get("n", 1) != 1 or body.get("best_of", 1) not in (1, None):
+        raise BadRequest("only n=1 is supported")
+    prompts = _parse_prompts(body.get("prompt"), tok)
+    max_tokens = body.get("max_tokens", 16)
+    if max_tokens is None:
+        max_tokens = 16
+    stop = body.get("stop") or ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    logprobs = body.get("logprobs")
+    if not _is_int(max_tokens) or max_tokens < 0:
+        raise BadRequest(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+        raise BadRequest(f"stop must be a string or a list of strings, got {stop!r}")
+    if logprobs is not None and (not _is_int(logprobs) or logprobs < 0):
+        raise BadRequest(f"logprobs must be an integer >= 0 or null, got {logprobs!r}")
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise BadRequest(f"seed must be an integer or null, got {seed!r}")
+    try:
+        temperature, top_p = body.get("temperature"), body.get("top_p")
+        params = SamplingParams(
+            max_new_tokens=int(max_tokens),
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            stop=tuple(stop),
+            seed=seed,
+        )
+    except (TypeError, ValueError) as e:
+        raise BadRequest(str(e)) from e
+    as_ids = body.get("return_tokens_as_token_ids")
+    opts = {
+        "logprobs": logprobs is not None,
+        "as_ids": srv.return_tokens_as_token_ids if as_ids is None else bool(as_ids),
+        "token_ids": bool(body.get("return_token_ids")),
+        "skip_special": bool(body.get("skip_special_tokens", True)),
+        "include_stop": bool(body.get("include_stop_str_in_output", False)),
+    }
+    return _Request(prompts, params, [int(max_tokens)] * len(prompts), model if model in loras else None, opts)
+
+
+def _render(srv: CompletionServer, req: _Request, gens: list[Generation]) -> dict[str, Any]:
+    """The OpenAI reply for ``req``'s generations (in a worker thread: the text is decoded)."""
+    failed = [g for g in gens if g.finish_reason == ERROR]
+    if failed:
+        raise BadRequest(f"backend error: {failed[0].error}", 500)
+    tok = srv.backend.tokenizer
+    choices = [_choice(i, p, g, tok, req.opts) for i, (p, g) in enumerate(zip(req.prompts, gens))]
+    n_prompt, n_out = sum(len(p) for p in req.prompts), sum(len(g.token_ids) for g in gens)
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": srv.model_name,
+        "choices": choices,
+        "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
+    }
 
 
 def _is_int(x: Any) -> bool:
@@ -476,6 +510,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-loras", type=int, default=8, help="adapters loaded at once (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.threads' choice)")
     args = ap.parse_args(argv)
+    if not args.allow_remote and not is_loopback_host(args.host):
+        print(f"error: --host {args.host} is not a loopback address; add --allow-remote (and --api-key) to serve "
+              "other machines", file=sys.stderr)
+        raise SystemExit(2)
     from workbench.threads import apply_threads
 
     apply_threads(args.threads)
@@ -483,9 +521,14 @@ def main(argv: list[str] | None = None) -> None:
     from workbench.rollout.backends.hf import HFBackend
 
     backend = HFBackend.from_pretrained(args.model, device=args.device)
-    server, url = serve(backend, args.host, args.port, model_name=args.model or DEFAULT_MODEL,
-                        allow_remote=args.allow_remote, api_key=args.api_key, enable_lora=args.enable_lora,
-                        max_loras=args.max_loras)
+    try:
+        server, url = serve(backend, args.host, args.port, model_name=args.model or DEFAULT_MODEL,
+                            allow_remote=args.allow_remote, api_key=args.api_key, enable_lora=args.enable_lora,
+                            max_loras=args.max_loras)
+    except OSError as e:
+        print(f"error: cannot listen on {args.host} port {args.port}: {e.strerror or e}; pick another --port",
+              file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"serving {args.model or DEFAULT_MODEL} at {url}  (Ctrl-C to stop)", flush=True)
     try:
         while True:
