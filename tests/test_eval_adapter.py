@@ -76,3 +76,27 @@ def test_protocol_kwargs_go_over_each_methods_declaration():
         EvalConfig(methods="search_r1", protocol_kwargs={"top_kk": 3})
     with pytest.raises(ValueError, match="not JSON"):
         EvalConfig(methods="search_r1", protocol_kwargs="{bad")
+
+
+def test_batch_budget_is_checked_and_reaches_the_backend(monkeypatch):
+    import workbench.rollout.backends.hf as hf
+    from workbench.eval.config import EvalConfig
+    from workbench.eval.runner import run_eval
+
+    with pytest.raises(ValueError, match="batch_mib must be >= 1"):
+        EvalConfig(batch_mib=0)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_backend(policy, tokenizer, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(hf, "HFBackend", fake_backend)
+    monkeypatch.setattr("workbench.models.load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None))
+    for mib, want in ((None, None), (48, 48 << 20)):
+        with pytest.raises(Stop):
+            run_eval(["direct"], "world", limit=1, batch_mib=mib, progress=False)
+        assert seen["batch_bytes"] == want

@@ -89,6 +89,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-pickle-weights", action="store_true", help=doc["allow_pickle_weights"])
     p.add_argument("--protocol-kwargs", default="{}", metavar="JSON", help=doc["protocol_kwargs"])
     p.add_argument("--adapter", default=None, metavar="DIR", help=doc["adapter"])
+    p.add_argument("--batch-mib", type=int, default=None, metavar="MIB", help=doc["batch_mib"])
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -106,7 +107,7 @@ def eval_command(args: argparse.Namespace) -> int:
         kg=args.kg, group_size=args.group_size,
         temperature=args.temperature, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
         device=args.device, skip_unavailable=args.skip_unavailable, allow_pickle_weights=args.allow_pickle_weights,
-        adapter=args.adapter, protocol_kwargs=args.protocol_kwargs,
+        adapter=args.adapter, protocol_kwargs=args.protocol_kwargs, batch_mib=args.batch_mib,
     )
     metrics = run.metrics()
     print(f"\nper method ({metrics['n_examples']} questions):\n{format_table(metrics)}")

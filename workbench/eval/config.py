@@ -152,12 +152,19 @@ class EvalConfig:
     named ``M+lora`` are rolled out with it, plain ``M`` with it disabled: ``--method search_r1,search_r1+lora``
     compares trained and untrained in one run."""
 
+    batch_mib: int | None = None
+    """Memory budget (MiB) of the keys/values of one generation batch of the HF backend: a turn's prompts are split
+    into batches that fit (None: 256 MiB on a CPU, which keeps a real-data eval of the default model under 2 GB;
+    larger batches are faster where memory allows; no limit on an accelerator)."""
+
     allow_pickle_weights: bool = False
     """Load a model directory that has only pickle weights (``pytorch_model.bin``). Pickle files can run
     code when loaded: only for files you trust (default: safetensors only)."""
 
     def __post_init__(self) -> None:
         self.methods = parse_methods(self.methods)
+        if self.batch_mib is not None and self.batch_mib < 1:
+            raise ValueError(f"batch_mib must be >= 1 (MiB of keys/values per generation batch), got {self.batch_mib}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1 (the number of questions to evaluate; None = all), got {self.limit}")
         from workbench.tools.toolbox import RETRIEVERS

@@ -519,7 +519,7 @@ def run_eval(
 
             policy = attach_adapter(policy, cfg.adapter)
             what += f", LoRA adapter {resolve_adapter(cfg.adapter)} for the +lora methods"
-        backend = HFBackend(policy, tokenizer)
+        backend = HFBackend(policy, tokenizer, batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
         what += f", {backend.device})"
     else:
         what = f"{model_name} (given backend)"

@@ -51,7 +51,7 @@ from workbench.rollout.backends.base import (
 _STOP_WINDOW = 16  # tokens decoded from the end of each sequence to look for stop strings
 # Budgets on a CPU, where the RAM is the process's (bench/RESULTS.md "Eval memory on real data"):
 CPU_CACHE_BYTES = 384 << 20  # kept key/value caches between calls (256 MiB: no lower eval peak, 6 % more CPU)
-CPU_BATCH_BYTES = 384 << 20  # key/value caches of one forward batch
+CPU_BATCH_BYTES = 256 << 20  # key/value caches of one forward batch (384 MiB: MuSiQue eval peaked at 2.15 GB)
 CPU_PREFILL_BYTES = 64 << 20  # attention scores (+ softmax) of one prefill forward: sets the chunk length
 DECODE_ROOM = 256  # decode tokens the key/value buffers have room for at first; they double when full
 
@@ -79,7 +79,7 @@ class HFBackend(Backend):
             None: 384 MiB on a CPU, 4 GiB on an accelerator.
         batch_bytes: memory budget of the keys/values of one forward batch: a call's prompts are split
             into consecutive batches whose rows x (longest prompt + token limit) fit (a prompt alone may
-            exceed it); None: 384 MiB on a CPU, no limit on an accelerator (``batch_size`` only).
+            exceed it); None: 256 MiB on a CPU, no limit on an accelerator (``batch_size`` only).
         prefill_bytes: memory budget of the attention scores and probabilities of one prefill forward
             (rows x heads x chunk x keys x 2 floats): the new tokens are prefilled in chunks that fit (at
             least one token); None: 64 MiB on a CPU, one forward on an accelerator (fused attention).
