@@ -135,3 +135,17 @@ def test_run_write_trajectories_writes_the_index(tmp_path):
     path = run.write_trajectories([traj])
     assert ti.fresh_index(path) is not None
     assert store.search_rows([path], "hallervik") == {0: np.array([0])}
+
+
+def test_vocabularies_of_recent_run_sets_are_kept(tmp_path, monkeypatch):
+    files = _files(tmp_path)
+    for f in files:
+        ti.ensure_index(f)
+    monkeypatch.setattr(ti, "_VOCAB", ti.OrderedDict())
+    reads = []
+    for fs in (files, files[:1], files, files[1:2], files[2:], files[:2], files):
+        store.search_rows(fs, "hallervik")
+        reads.append(len(ti._VOCAB))
+    # all, one, all again (kept), another, another (4 sets), a fifth set evicts the oldest (the first single file)
+    assert reads == [1, 2, 2, 3, 4, 4, 4]
+    assert tuple(str(f) for f in (ti.index_path(x) for x in files)) in {tuple(p for p, _ in k) for k in ti._VOCAB}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -211,19 +212,25 @@ def _matching(tokens: list[str], word: str, where: str) -> np.ndarray:
 
 def vocabulary(indexes: Sequence[Path]) -> tuple[list[str], np.ndarray]:
     """The distinct words of these indexes (sorted) and how many rows hold each, over all of them; one query, then
-    kept in memory for the same set of index files (a view's searches share it)."""
+    kept in memory for the same set of index files (a view's searches share it; :data:`VOCAB_SETS` sets at most)."""
     from workbench.trajectory_store import cursor
 
     key = tuple((str(p), _stamp(Path(p))) for p in indexes)
-    if key not in _VOCAB:
+    if key in _VOCAB:
+        _VOCAB.move_to_end(key)
+    else:
         out = cursor().execute(f"SELECT token, sum(n) AS n FROM {_source(indexes)} GROUP BY token ORDER BY token"
                                ).fetchnumpy()
-        _VOCAB.clear()  # one set at a time: a view's runs
         _VOCAB[key] = (list(out["token"]), np.asarray(out["n"], dtype=np.int64))
+        while len(_VOCAB) > VOCAB_SETS:  # the least recently searched set of runs goes first
+            _VOCAB.popitem(last=False)
     return _VOCAB[key]
 
 
-_VOCAB: dict[tuple, tuple[list[str], np.ndarray]] = {}
+#: Sets of index files whose vocabulary is kept (a view searching all its runs, then one run, then all again
+#: reads each set's vocabulary once).
+VOCAB_SETS = 4
+_VOCAB: OrderedDict[tuple, tuple[list[str], np.ndarray]] = OrderedDict()
 
 
 def _source(indexes: Sequence[Path]) -> str:
