@@ -1,6 +1,10 @@
-"""Per-hop comparison of two methods of one eval run, with 95% intervals (the recipe's held-out table).
+"""Per-hop comparison of two methods of one eval run (or of two eval runs), with 95% intervals (the recipe's held-out table).
 
     .venv/bin/python bench/compare_methods.py RUN_DIR [--a search_r1] [--b search_r1+lora] [--metric cem]
+    .venv/bin/python bench/compare_methods.py SFT_EVAL --a search_r1+lora --b-run RL_EVAL --b search_r1+lora
+
+With ``--b-run`` method B is read from another eval run of the same questions (e.g. the SFT adapter's
+eval vs the SFT+RL adapter's), paired by question id; a question missing from either run is an error.
 
 For each hop count and overall: n, the mean of ``--metric`` for A and B with Wilson 95% intervals
 (a proportion per question), and the paired difference B − A with a bootstrap 95% interval over
@@ -38,23 +42,38 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int
     return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
 
 
+def per_question(run_dir: str, method: str, metric: str) -> pd.DataFrame:
+    """One row per question of ``method`` in the eval run ``run_dir``: the metric's mean over samples (``v``),
+    hops, searches, answered and format-valid shares."""
+    from workbench.runs import open_run
+
+    run = open_run(run_dir)
+    df = pd.read_parquet(run.path / "trajectories.parquet", columns=["example_id", "method", "hops", metric,
+                                                                       "n_searches", "format_ok", "answer"])
+    df = df[df["method"] == method]
+    if df.empty:
+        raise SystemExit(f"compare_methods: {run_dir} has no trajectories of method {method!r}")
+    df = df.assign(answered=df["answer"].notna())
+    return df.groupby("example_id").agg(v=(metric, "mean"), hops=("hops", "first"), s=("n_searches", "mean"),
+                                        ans=("answered", "mean"), fmt=("format_ok", "mean"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir")
     ap.add_argument("--a", default="search_r1")
     ap.add_argument("--b", default="search_r1+lora")
     ap.add_argument("--metric", default="cem")
+    ap.add_argument("--b-run", default=None, help="read method B from this eval run instead (paired by question id)")
     args = ap.parse_args()
-    from workbench.runs import open_run
 
-    run = open_run(args.run_dir)
-    df = pd.read_parquet(run.path / "trajectories.parquet", columns=["example_id", "method", "hops", args.metric,
-                                                                       "n_searches", "format_ok", "answer"])
-    df["answered"] = df["answer"].notna()
-    wide = {m: g.groupby("example_id").agg(v=(args.metric, "mean"), hops=("hops", "first"), s=("n_searches", "mean"),
-                                           ans=("answered", "mean"), fmt=("format_ok", "mean"))
-            for m, g in df.groupby("method") if m in (args.a, args.b)}
-    a, b = wide[args.a], wide[args.b].reindex(wide[args.a].index)
+    a = per_question(args.run_dir, args.a, args.metric)
+    b = per_question(args.b_run or args.run_dir, args.b, args.metric)
+    missing = a.index.symmetric_difference(b.index)
+    if len(missing):
+        raise SystemExit(f"compare_methods: {len(missing)} question(s) are in one run only (e.g. {missing[0]!r}); "
+                         "compare evals of the same split and limit")
+    b = b.reindex(a.index)
     print(f"| hops | n | {args.metric} {args.a} [95% CI] | {args.metric} {args.b} [95% CI] | B − A [95% CI] "
           f"| answered A → B | searches A → B | format-valid A → B |")
     print("|---|---:|---|---|---|---|---|---|")

@@ -81,9 +81,22 @@ def fake_vllm(continuations: dict[tuple[int, ...], list[int]]) -> dict[str, type
 
         def __init__(self, model: str, **kw: Any):
             self.model, self.kwargs, self.calls = model, kw, []
+            self.sleeping: int | None = None  # the sleep level while asleep
             LLM.instances.append(self)
 
+        def sleep(self, level: int = 1):
+            if not self.kwargs.get("enable_sleep_mode"):
+                raise RuntimeError("Sleep mode is not enabled")  # vLLM refuses as well
+            self.calls.append({"sleep": level})
+            self.sleeping = level
+
+        def wake_up(self, tags=None):
+            self.calls.append({"wake_up": tags})
+            self.sleeping = None
+
         def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None):
+            if self.sleeping is not None:
+                raise RuntimeError("generate() on a sleeping engine")
             self.calls.append({"prompts": prompts, "params": sampling_params, "use_tqdm": use_tqdm,
                                "lora_request": lora_request})
             sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
@@ -260,3 +273,28 @@ def test_make_backend(vllm_mod, tmp_path):
     assert isinstance(be, OpenAIBackend) and be.base_url == "http://127.0.0.1:9/v1" and be.max_retries == 0
     with pytest.raises(ValueError, match="base_url"):
         make_backend("openai", model="m", tokenizer=CharTok())
+
+
+def test_sleep_mode_frees_the_engine_between_rollouts(vllm_mod, tmp_path):
+    """With ``sleep_mode`` the engine sleeps at level 1 after each rollout (``clear_cache``, which the rollout
+    engine and the trainer call before the update) and wakes up on the next ``generate``; without it
+    ``clear_cache`` never touches vLLM."""
+    b = VLLMBackend(str(tmp_path), tokenizer=CharTok(), enable_lora=True, sleep_mode=True)
+    llm = vllm_mod.LLM.instances[-1]
+    assert llm.kwargs["enable_sleep_mode"] is True
+    p = SamplingParams(max_new_tokens=4)
+    first = b.generate([[4]], p)
+    b.clear_cache()
+    assert b.asleep and llm.sleeping == 1
+    b.clear_cache()  # already asleep: not put to sleep twice
+    assert [c for c in llm.calls if "sleep" in c] == [{"sleep": 1}]
+    again = b.generate([[4]], p)  # would raise on a sleeping engine
+    assert not b.asleep and llm.sleeping is None
+    assert again[0].token_ids == first[0].token_ids
+    assert [next(iter(c)) for c in llm.calls] == ["prompts", "sleep", "wake_up", "prompts"]
+    b.clear_cache()
+    assert b.generate([[4]], p, [0])[0].finish_reason == "length" and b.asleep  # nothing to generate: stays asleep
+
+    plain = VLLMBackend(str(tmp_path), tokenizer=CharTok())
+    plain.clear_cache()
+    assert "enable_sleep_mode" not in vllm_mod.LLM.instances[-1].kwargs and not plain.asleep

@@ -9,7 +9,8 @@
   ``{"lora_name", "lora_path"}``, vLLM's documented API), samples with ``model=<lora_name>`` and unloads
   the previous one. The path must be readable by the server (same machine or shared storage).
 - ``vllm``: a colocated offline ``vllm.LLM(enable_lora=True)`` in this process; each new adapter is
-  served with a new ``LoRARequest`` id. Written to vLLM's documented API; **not yet run on hardware**.
+  served with a new ``LoRARequest`` id; with ``rollout_kwargs={"sleep_mode": True}`` it sleeps (level 1)
+  between a rollout and the next, so training and generation share one GPU. Written to vLLM's documented API; **not yet run on hardware**.
 
 Token-in/token-out holds for every backend: the trajectories keep the ids and logprobs the backend
 returned, and the update logs how far they are from the trainer's own (:mod:`workbench.rl.update`).

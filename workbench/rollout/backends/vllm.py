@@ -18,7 +18,12 @@ the same in all of them:
   ``finish_reason`` (``"stop"`` / ``"length"``) and ``stop_reason`` ("the stop string or token id
   that caused the completion to stop, None if ... the EOS token");
 - ``vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)``; vLLM caches adapters by
-  id ("lora_int_id must be globally unique for a given adapter"), so new weights need a new id.
+  id ("lora_int_id must be globally unique for a given adapter"), so new weights need a new id;
+- sleep mode (docs.vllm.ai "Sleep Mode", read 2026-11-24): ``LLM(..., enable_sleep_mode=True)``, then
+  ``LLM.sleep(level=1)`` "offloads the model weights and discards the KV cache" (the weights are backed up
+  in CPU memory) and ``LLM.wake_up()`` restores them. Level 1 is the one for LoRA training: the base
+  weights never change, so they come back as they were; level 2 discards them (for engines whose full
+  weights are re-synced after waking), which a LoRA trainer never needs.
 
 vLLM V1 returns logprobs of the raw model distribution by default (engine argument
 ``logprobs_mode="raw_logprobs"``: before temperature / top-p), which is what
@@ -66,6 +71,10 @@ class VLLMBackend(Backend):
         gpu_memory_utilization: share of GPU memory vLLM may take (weights + KV cache); leave
             room for the trainer when both share one GPU.
         seed: the engine seed.
+        sleep_mode: colocated training: build the engine with ``enable_sleep_mode=True``; ``clear_cache()``
+            (the engine calls it after every rollout, before the trainer's update) puts it to sleep at
+            level 1, freeing its GPU memory (KV cache and weights) for the update, and the next
+            ``generate`` wakes it up. **Not yet run on hardware.**
         **llm_kwargs: passed on to ``vllm.LLM`` (e.g. ``max_model_len``, ``enforce_eager``).
 
     Sampling seeds are per prompt: prompt ``i`` of a call gets ``params.seed + i``, so the members
@@ -85,6 +94,7 @@ class VLLMBackend(Backend):
         max_loras: int = 1,
         gpu_memory_utilization: float = 0.5,
         seed: int = 0,
+        sleep_mode: bool = False,
         **llm_kwargs: Any,
     ):
         try:
@@ -112,7 +122,12 @@ class VLLMBackend(Backend):
         }
         if enable_lora:
             kwargs.update(max_lora_rank=max_lora_rank, max_loras=max_loras)
+        if sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         kwargs.update(llm_kwargs)
+        self.sleep_mode = bool(sleep_mode)
+        self.asleep = False
+        """True between ``clear_cache()`` (sleep) and the next ``generate`` (wake-up)."""
         self.llm = vllm.LLM(**kwargs)
         self._eos = eos_ids(self.tokenizer, _generation_config(self.model_path))
         self.lora_request: Any = None
@@ -136,6 +151,20 @@ class VLLMBackend(Backend):
     def clear_adapter(self) -> None:
         """Sample from the base model again."""
         self.lora_request = None
+
+    # ------------------------------------------------------------------ sleep mode
+    def clear_cache(self) -> None:
+        """After a rollout: with ``sleep_mode``, offload the engine's weights and drop its KV cache
+        (``LLM.sleep(level=1)``) so the trainer's update has the GPU memory; otherwise nothing."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        """Restore the engine after ``clear_cache()`` (``LLM.wake_up()``); ``generate`` calls it."""
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     # ------------------------------------------------------------------ generate
     def eos_token_ids(self) -> set[int]:
@@ -162,6 +191,7 @@ class VLLMBackend(Backend):
         out: list[Generation | None] = [Generation([], [], LENGTH) if lim <= 0 else None for lim in limits]
         rows = [i for i in range(len(prompts)) if out[i] is None]
         if rows:
+            self.wake_up()
             inputs = [self._tokens_prompt(prompt_token_ids=[int(t) for t in prompts[i]]) for i in rows]
             sps = [self.sampling_params(params, limits[i], None if params.seed is None else params.seed + i) for i in rows]
             results = self.llm.generate(inputs, sps, use_tqdm=False, lora_request=self.lora_request)
