@@ -90,9 +90,9 @@ def main() -> None:
         for m in rows:
             x = torch.randn(m, n_in)
             fns = {
-                "linear": lambda: [F.linear(x, w) for w in ws],
-                "W@x.T": lambda: [torch.mm(w, x.t()).t() for w in ws],
-                "mkldnn": lambda: [lin(x.to_mkldnn()).to_dense() for lin in mk],
+                "linear": lambda x=x, ws=ws: [F.linear(x, w) for w in ws],
+                "W@x.T": lambda x=x, ws=ws: [torch.mm(w, x.t()).t() for w in ws],
+                "mkldnn": lambda x=x, mk=mk: [lin(x.to_mkldnn()).to_dense() for lin in mk],
             }
             cells = []
             for k in kernels:
@@ -100,7 +100,6 @@ def main() -> None:
                 step[(k, m)] += ms * count
                 cells.append(f"{ms:.3f} ({mb / ms / 1e6:.1f})")
             print(f"| {name} | {n_out} × {n_in} | {count} | {m} | " + " | ".join(cells) + " |", flush=True)
-        del ws, mk
     print("\nthe model's decode step, products only (ms), and the gain of a batch over one row at a time:")
     print("| kernel | " + " | ".join(f"{m} row(s)" for m in rows) + f" | {rows[-1]} rows / 1 row: tokens per product-second |")
     print("|---|" + "---:|" * (len(rows) + 1))

@@ -131,9 +131,9 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
 
     from workbench.data.example import Example
     from workbench.io import atomic_path
-    from workbench.text_index import build_index
     from workbench.rewards.feature_io import save_features
     from workbench.runs import Run
+    from workbench.text_index import build_index
     from workbench.trajectory import ROW_GROUP_ROWS, _schema
 
     rng, nrng = random.Random(seed * 100_003 + index), np.random.default_rng([seed, index])

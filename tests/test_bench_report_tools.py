@@ -1,0 +1,85 @@
+"""The two scripts behind the recipe's figures in ``bench/RESULTS.md``: ``plot_curves.py`` (training curves as
+SVG) and ``compare_methods.py`` (per-hop held-out table, also across two eval runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _metrics_run(path: Path, rewards: list[float]) -> Path:
+    path.mkdir(parents=True)
+    lines = [json.dumps({"step": i + 1, "reward_mean": r, "loss": 1.0 / (i + 1)}) for i, r in enumerate(rewards)]
+    lines.insert(1, "not json")  # a torn line is skipped
+    lines.append(json.dumps({"eval_cem": 0.5}))  # an eval row without a step is not a training point
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_plot_curves_writes_one_line_per_run_and_panel(tmp_path, monkeypatch):
+    pc = _load("plot_curves")
+    a = _metrics_run(tmp_path / "a", [0.0, 0.5, 1.0, 0.5])
+    b = _metrics_run(tmp_path / "b", [0.2, 0.2])
+    assert pc.read_metric(str(a), "reward_mean") == [(1, 0.0), (2, 0.5), (3, 1.0), (4, 0.5)]
+    assert pc.moving_average([0.0, 0.5, 1.0, 0.5], 2) == [0.0, 0.25, 0.75, 0.75]
+    out = tmp_path / "fig" / "c.svg"
+    monkeypatch.setattr(sys, "argv", ["plot_curves", str(a), str(b), "--metric", "reward_mean", "--metric", "loss",
+                                      "--label", "A", "--label", "B", "--out", str(out)])
+    pc.main()
+    root = ET.fromstring(out.read_text())  # well-formed SVG
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f"{ns}polyline")) == 2 * 2 * 2  # (raw + smoothed) x runs x panels
+    assert {t.text for t in root.findall(f"{ns}text")} >= {"A", "B", "reward_mean", "loss"}
+
+
+def test_plot_curves_names_a_missing_run(tmp_path):
+    pc = _load("plot_curves")
+    with pytest.raises(SystemExit, match="metrics.jsonl does not exist"):
+        pc.read_metric(str(tmp_path / "nope"), "loss")
+
+
+def _eval_run(path: Path, method: str, cem: dict[str, float]) -> Path:
+    from workbench.runs import Run
+
+    run = Run.create(path, kind="eval", name="t", config={"kind": "eval"}, run_id="r")
+    ids = list(cem)
+    df = pd.DataFrame({"example_id": ids, "method": method, "hops": [1 + i % 2 for i in range(len(ids))],
+                       "cem": [cem[i] for i in ids], "n_searches": 1, "format_ok": True, "answer": "x"})
+    df.to_parquet(run.path / "trajectories.parquet")
+    return run.path
+
+
+def test_compare_methods_pairs_two_eval_runs_by_question(tmp_path, monkeypatch, capsys):
+    cm = _load("compare_methods")
+    a = _eval_run(tmp_path / "a", "m+lora", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})
+    b = _eval_run(tmp_path / "b", "m+lora", {"q4": 1.0, "q3": 1.0, "q2": 1.0, "q1": 0.0})  # other order
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m+lora", "--b-run", str(b), "--b", "m+lora"])
+    cm.main()
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| all")]
+    assert rows and "| 0.250 " in rows[0] and "| 0.750 " in rows[0] and "+0.500" in rows[0]
+    lo, hi = cm.paired_bootstrap(np.array([0.0, 1, 0, 0]), np.array([0.0, 1, 1, 1]))
+    assert 0 <= lo <= 0.75 <= hi <= 1.0
+
+    c = _eval_run(tmp_path / "c", "m+lora", {"q1": 1.0, "q9": 1.0})
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m+lora", "--b-run", str(c), "--b", "m+lora"])
+    with pytest.raises(SystemExit, match="in one run only"):
+        cm.main()
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "other"])
+    with pytest.raises(SystemExit, match="no trajectories of method 'other'"):
+        cm.main()
