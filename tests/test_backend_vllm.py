@@ -288,8 +288,16 @@ def test_sleep_mode_frees_the_engine_between_rollouts(vllm_mod, tmp_path):
     assert b.asleep and llm.sleeping == 1
     b.clear_cache()  # already asleep: not put to sleep twice
     assert [c for c in llm.calls if "sleep" in c] == [{"sleep": 1}]
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    b.set_adapter(adapter, name="policy")
+    served = b.lora_request
     again = b.generate([[4]], p)  # would raise on a sleeping engine
     assert not b.asleep and llm.sleeping is None
+    # the adapter is registered again after waking (a new id, same folder and name): LoRA slots are not trusted
+    assert b.lora_request.lora_int_id == served.lora_int_id + 1 and b.lora_request.lora_path == served.lora_path
+    assert b.lora_request.lora_name == f"policy-v{b.lora_request.lora_int_id}"
+    assert llm.calls[-1]["lora_request"] is b.lora_request
     assert again[0].token_ids == first[0].token_ids
     assert [next(iter(c)) for c in llm.calls] == ["prompts", "sleep", "wake_up", "prompts"]
     b.clear_cache()

@@ -161,10 +161,17 @@ class VLLMBackend(Backend):
             self.asleep = True
 
     def wake_up(self) -> None:
-        """Restore the engine after ``clear_cache()`` (``LLM.wake_up()``); ``generate`` calls it."""
+        """Restore the engine after ``clear_cache()`` (``LLM.wake_up()``); ``generate`` calls it.
+
+        The served adapter is registered again under a new id: vLLM's docs promise the base weights back
+        after a level-1 sleep, not the LoRA slots it had loaded, so the adapter is reloaded from its folder
+        (a few MB) rather than trusted to have survived."""
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
+            if self.lora_request is not None:
+                name = self.lora_request.lora_name.rsplit("-v", 1)[0]
+                self.set_adapter(self.lora_request.lora_path, name=name)
 
     # ------------------------------------------------------------------ generate
     def eos_token_ids(self) -> set[int]:
