@@ -22,11 +22,16 @@ decoding one sequence at a time from the products alone.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 import torch.utils.mkldnn  # noqa: F401  (registers torch.utils.mkldnn)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_matmul_peak import measure_bandwidth  # noqa: E402
 
 
 def best_ms(fn, reps: int = 5, inner: int = 3) -> float:
@@ -38,13 +43,6 @@ def best_ms(fn, reps: int = 5, inner: int = 3) -> float:
             fn()
         best = min(best, (time.perf_counter() - t0) / inner)
     return best * 1e3
-
-
-def read_bandwidth_gbs(mib: int = 512) -> float:
-    """Bytes per second of a one-pass sum over a tensor much larger than the cache."""
-    x = torch.ones(mib * 2**20 // 4)
-    ms = best_ms(lambda: x.sum(), reps=3, inner=1)
-    return x.numel() * 4 / ms / 1e6
 
 
 def model_shapes(model: str) -> tuple[list[tuple[str, int, int, int]], int]:
@@ -71,7 +69,7 @@ def main() -> None:
     rows = [int(r) for r in args.rows.split(",")]
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
-    bw = read_bandwidth_gbs()
+    bw = measure_bandwidth(512, reps=3) / 1e9
     print(f"read bandwidth (sum over 512 MiB): {bw:.1f} GB/s")
     shapes, _ = model_shapes(args.model)
     kernels = ("linear", "W@x.T", "mkldnn")

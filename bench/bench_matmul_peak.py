@@ -1,6 +1,6 @@
 """This machine's fp32 matmul peak (torch.matmul of large square matrices), 1 thread and all threads:
 the roof the trainer's achieved FLOP/s is compared with (``bench/bench_update.py``, ``metrics.jsonl``'s
-``update_flops_per_s``).
+``update_flops_per_s``); and its read bandwidth (``measure_bandwidth``), the decode benches' other roof.
 
     .venv/bin/python bench/bench_matmul_peak.py [--n 2048] [--reps 5]
 
@@ -35,6 +35,20 @@ def measure_peak(threads: int, n: int = 2048, reps: int = 5) -> float:
         return 2.0 * n**3 / best
     finally:
         torch.set_num_threads(old)
+
+
+def measure_bandwidth(mib: int = 256, reps: int = 5) -> float:
+    """Best read bandwidth in bytes/s of ``torch.sum`` over ``mib`` MiB of float32 (one pass per rep)."""
+    import torch
+
+    x = torch.ones(mib << 18)
+    x.sum()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    return x.numel() * 4 / best
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ from workbench.rollout.backends.hf import HFBackend
 from workbench.rollout.server import serve
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_matmul_peak import measure_peak  # noqa: E402
+from bench_matmul_peak import measure_bandwidth, measure_peak  # noqa: E402
 
 
 def make_prompts(tok, workload: str, n: int) -> list[list[int]]:
@@ -54,18 +54,6 @@ def make_prompts(tok, workload: str, n: int) -> list[list[int]]:
     dev = load_world().split("dev")
     examples = [dev[0]] * n if workload == "group" else dev[:n]
     return [encode_chat(tok, protocol.messages(ex)) for ex in examples]
-
-
-def measure_bandwidth(mib: int = 256, reps: int = 5) -> float:
-    """Best read bandwidth in bytes/s of ``torch.sum`` over ``mib`` MiB of float32 (one pass per rep)."""
-    x = torch.ones(mib << 18)
-    x.sum()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t0)
-    return x.numel() * 4 / best
 
 
 def bound_seconds(backend: HFBackend, prompt_len: float, prefills: int, rows: int, steps: float, peak: float,

@@ -11,7 +11,6 @@ trailing moving average over ``--smooth`` steps (solid), the legend above each p
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -23,16 +22,11 @@ def read_metric(run_dir: str, metric: str) -> list[tuple[int, float]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise SystemExit(f"plot_curves: {path} does not exist; pass a run directory of `workbench train` or `sft`")
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        v = r.get(metric)
-        if isinstance(r.get("step"), int) and isinstance(v, (int, float)) and math.isfinite(v):
-            rows.append((r["step"], float(v)))
-    return rows
+    from workbench.io import read_jsonl
+
+    rows, _ = read_jsonl(path)  # torn or non-object lines are skipped
+    return [(r["step"], float(r[metric])) for r in rows
+            if isinstance(r.get("step"), int) and isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
 
 
 def moving_average(values: list[float], k: int) -> list[float]:

@@ -145,7 +145,8 @@ class VLLMBackend(Backend):
         if not Path(path).exists():
             raise FileNotFoundError(f"LoRA adapter folder {path} does not exist")
         self._lora_id += 1
-        self.lora_request = self._lora_request_cls(f"{name or 'adapter'}-v{self._lora_id}", self._lora_id, str(path))
+        self._lora_name = name or "adapter"
+        self.lora_request = self._lora_request_cls(f"{self._lora_name}-v{self._lora_id}", self._lora_id, str(path))
         return self.lora_request
 
     def clear_adapter(self) -> None:
@@ -170,8 +171,7 @@ class VLLMBackend(Backend):
             self.llm.wake_up()
             self.asleep = False
             if self.lora_request is not None:
-                name = self.lora_request.lora_name.rsplit("-v", 1)[0]
-                self.set_adapter(self.lora_request.lora_path, name=name)
+                self.set_adapter(self.lora_request.lora_path, name=self._lora_name)
 
     # ------------------------------------------------------------------ generate
     def eos_token_ids(self) -> set[int]:
