@@ -19,6 +19,7 @@ from workbench.rollout.engine import RolloutConfig, rollout  # noqa: E402
 from workbench.tools.base import Passage, Toolbox  # noqa: E402
 from workbench.tools.remote import RemoteRetrieval, base_url, remote_toolbox  # noqa: E402
 from workbench.tools.toolbox import build_toolbox  # noqa: E402
+from workbench.trajectory import OBSERVATION  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +226,54 @@ def test_export_writes_the_retrieval_url_into_the_agent_loop_config(tmp_path, ca
     err = capsys.readouterr().err
     assert code == 2 and "--retrieval-url" not in err and "127.0.0.1:8000" in err and "serve-retrieval" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
+
+
+def test_eval_with_retrieval_url_rolls_out_through_the_server(tmp_path, tokenizer, world, served):
+    """`workbench eval --retrieval-url`: the same trajectories and scores as the index built in process."""
+    from workbench.eval.runner import run_eval
+
+    s, app = served
+
+    def script(text, turn):  # search the question's first hop, then answer with the first hit's title
+        if turn == 0:
+            return f"<search> {text.rsplit('Question:', 1)[-1].split(chr(10))[0][:80]} </search>"
+        return f"<answer> {text.split('(Title: ', 1)[-1].split(')', 1)[0] if '(Title: ' in text else 'x'} </answer>"
+
+    runs = {}
+    before = app.state.queue.queries
+    for label, extra in (("local", {}), ("served", {"retrieval_url": s.url + "/retrieve"})):
+        runs[label] = run_eval("search_r1", "world", ScriptedBackend(tokenizer, script), out=tmp_path / label,
+                               limit=5, split="dev", progress=False, log=None, **extra)
+    assert app.state.queue.queries - before == 5  # one search per question, all through the server
+    local, remote = ([[u.text for u in t.turns if u.kind == OBSERVATION] for t in runs[k].trajectories()]
+                     for k in ("local", "served"))
+    assert local == remote and all(len(o) == 1 and "Title" in o[0] for o in remote)
+    scores = [runs[k].metrics()["methods"]["search_r1"] for k in ("local", "served")]
+    assert all(scores[0][m] == scores[1][m] for m in ("em", "f1", "cem", "searches"))
+    server = runs["served"].config["retrieval_server"]
+    assert server["url"] == s.url and server["passages"] == len(world.passages)
+
+
+def test_eval_with_a_bad_retrieval_url_is_one_clear_error_before_the_model_loads(capsys, tmp_path):
+    from workbench.cli import main
+
+    for argv, expected in (
+        (["--retrieval-url", "http://127.0.0.1:9"], "serve-retrieval"),  # nothing listens on port 9
+        (["--retrieval-url", "127.0.0.1:8000"], "not http(s)://host:port"),
+        (["--retrieval-url", "http://127.0.0.1:9", "--corpus", "per-question"], "per-question"),
+    ):
+        code = main(["eval", "--method", "search_r1", "--limit", "2", "--model", "no-such-model",
+                     "--out", str(tmp_path), *argv])
+        err = capsys.readouterr().err
+        assert code != 0 and expected in err and "Traceback" not in err, (argv, err)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_eval_with_retrieval_url_refuses_a_tool_the_server_lacks(tmp_path, tokenizer):
+    from workbench.eval.runner import run_eval
+
+    plain = create_app(RetrievalService.from_passages([Passage(id="p0", title="A", text="a b c")]))
+    with ServerThread(plain) as s:
+        with pytest.raises(ValueError, match="'kg' tool.*has none"):
+            run_eval("dynasearcher", "world", ScriptedBackend(tokenizer, ["<answer> x </answer>"]),
+                     out=tmp_path, limit=1, split="dev", progress=False, log=None, retrieval_url=s.url)

@@ -69,6 +69,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
         "  workbench eval --method search_r1,vanilla_rag --dataset hotpotqa_dev_distractor.json --limit 50\n"
         "  workbench eval --method search_r1 --dataset nq/dev.jsonl --corpus wiki18.jsonl --retriever dense\n"
         "  workbench eval --method search_r1 --dataset musique_ans_dev.jsonl --corpus per-question\n"
+        "  workbench eval --method search_r1 --dataset nq/dev.jsonl --retrieval-url http://127.0.0.1:8000   # shared server\n"
         "  workbench eval --method dynasearcher --dataset 2wiki_dev.json --kg codex-s/train.txt entities.json relations.json\n"
         "writes runs/<run_id>/ with trajectories.parquet, examples.jsonl, config.json, metrics.json (per method\n"
         "and per hop count) and features.parquet; prints the metrics tables."
@@ -82,6 +83,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default=None, metavar="FILE|pooled|per-question", help=doc["corpus"])
     p.add_argument("--format", default=None, choices=LAYOUTS, help=doc["format"])
     p.add_argument("--kg", default=None, nargs="+", metavar="FILE", help=doc["kg"])
+    p.add_argument("--retrieval-url", default=None, metavar="URL", help=doc["retrieval_url"])
     for name, typ in (("group_size", int), ("temperature", float), ("max_turns", int), ("max_new_tokens", int), ("seed", int)):
         p.add_argument("--" + name.replace("_", "-"), type=typ, default=d[name].default, help=doc[name])
     p.add_argument("--device", default=d["device"].default, help=doc["device"])
@@ -104,7 +106,7 @@ def eval_command(args: argparse.Namespace) -> int:
     run = run_eval(
         args.method, args.dataset, args.model, out=args.out, name=args.name, progress=not args.no_progress,
         limit=args.limit, split=args.split, retriever=args.retriever, corpus=args.corpus, format=args.format,
-        kg=args.kg, group_size=args.group_size,
+        kg=args.kg, retrieval_url=args.retrieval_url, group_size=args.group_size,
         temperature=args.temperature, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
         device=args.device, skip_unavailable=args.skip_unavailable, allow_pickle_weights=args.allow_pickle_weights,
         adapter=args.adapter, protocol_kwargs=args.protocol_kwargs, batch_mib=args.batch_mib,

@@ -111,6 +111,12 @@ class EvalConfig:
     (each question searches only its own 10-20 paragraphs: the HotpotQA-distractor / MuSiQue
     setting). Default for the world: its passages."""
 
+    retrieval_url: str | None = None
+    """A running ``workbench serve-retrieval`` (``http://host:port``) the methods' search / kg / plan tools call
+    instead of an index built in this process (several evals then share one index). It should serve the corpus
+    the questions are asked over; the run records the URL and the server's passage count. Checked before the
+    model loads; not with ``--corpus per-question``."""
+
     format: str | None = None
     """Layout of the question file, instead of detecting it: ircot, musique, 2wiki, hotpotqa,
     flashrag, qa (plain question / answer records such as R1-Searcher's)."""
@@ -171,6 +177,10 @@ class EvalConfig:
 
         if self.retriever not in RETRIEVERS:
             raise ValueError(f"unknown retriever {self.retriever!r}; valid: {', '.join(RETRIEVERS)}")
+        if self.retrieval_url is not None:
+            from workbench.tools.remote import base_url
+
+            self.retrieval_url = base_url(self.retrieval_url)
         if not str(self.dataset).strip():
             raise ValueError("dataset is empty: pass 'world', a dataset name or a file path")
         if self.format is not None:
