@@ -5,6 +5,9 @@
 
 With ``--b-run`` method B is read from another eval run of the same questions (e.g. the SFT adapter's
 eval vs the SFT+RL adapter's), paired by question id; a question missing from either run is an error.
+Several runs may be given for either side (e.g. the dev eval and the test eval): their questions are pooled.
+
+    .venv/bin/python bench/compare_methods.py SFT_DEV SFT_TEST --a search_r1+lora --b-run RL_DEV RL_TEST
 
 For each hop count and overall: n, the mean of ``--metric`` for A and B with Wilson 95% intervals
 (a proportion per question), and the paired difference B − A with a bootstrap 95% interval over
@@ -60,15 +63,24 @@ def per_question(run_dir: str, method: str, metric: str) -> pd.DataFrame:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir")
+    ap.add_argument("run_dir", nargs="+", help="eval run(s) method A is read from (pooled)")
     ap.add_argument("--a", default="search_r1")
     ap.add_argument("--b", default="search_r1+lora")
     ap.add_argument("--metric", default="cem")
-    ap.add_argument("--b-run", default=None, help="read method B from this eval run instead (paired by question id)")
+    ap.add_argument("--b-run", default=None, nargs="+",
+                    help="read method B from these eval run(s) instead (pooled; paired with A by question id)")
     args = ap.parse_args()
 
-    a = per_question(args.run_dir, args.a, args.metric)
-    b = per_question(args.b_run or args.run_dir, args.b, args.metric)
+    def pooled(runs: list[str], method: str) -> pd.DataFrame:
+        frames = [per_question(r, method, args.metric) for r in runs]
+        dup = pd.concat([f.index.to_series() for f in frames]).duplicated()
+        if dup.any():
+            raise SystemExit(f"compare_methods: question {dup.index[dup.to_numpy()][0]!r} is in more than one of "
+                             f"{', '.join(runs)}; pool runs of different splits")
+        return pd.concat(frames)
+
+    a = pooled(args.run_dir, args.a)
+    b = pooled(args.b_run or args.run_dir, args.b)
     missing = a.index.symmetric_difference(b.index)
     if len(missing):
         raise SystemExit(f"compare_methods: {len(missing)} question(s) are in one run only (e.g. {missing[0]!r}); "

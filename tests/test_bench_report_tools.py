@@ -83,3 +83,19 @@ def test_compare_methods_pairs_two_eval_runs_by_question(tmp_path, monkeypatch, 
     monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "other"])
     with pytest.raises(SystemExit, match="no trajectories of method 'other'"):
         cm.main()
+
+
+def test_compare_methods_pools_the_runs_of_two_splits(tmp_path, monkeypatch, capsys):
+    cm = _load("compare_methods")
+    a_dev = _eval_run(tmp_path / "ad", "m", {"d1": 0.0, "d2": 1.0})
+    a_test = _eval_run(tmp_path / "at", "m", {"t1": 0.0, "t2": 0.0})
+    b_dev = _eval_run(tmp_path / "bd", "m", {"d1": 1.0, "d2": 1.0})
+    b_test = _eval_run(tmp_path / "bt", "m", {"t1": 1.0, "t2": 0.0})
+    monkeypatch.setattr(sys, "argv", ["cm", str(a_dev), str(a_test), "--a", "m", "--b-run", str(b_dev), str(b_test),
+                                      "--b", "m"])
+    cm.main()
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| all")]
+    assert rows and "| 4 |" in rows[0] and "| 0.250 " in rows[0] and "| 0.750 " in rows[0]
+    monkeypatch.setattr(sys, "argv", ["cm", str(a_dev), str(a_dev), "--a", "m"])  # the same questions twice
+    with pytest.raises(SystemExit, match="in more than one of"):
+        cm.main()
