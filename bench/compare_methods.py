@@ -13,6 +13,11 @@ For each hop count and overall: n, the mean of ``--metric`` for A and B with Wil
 (a proportion per question), and the paired difference B − A with a bootstrap 95% interval over
 questions (10,000 resamples, seed 0). Also answered share, searches per question and format-valid
 share. Prints a markdown table.
+
+``--reward PRESET`` compares a reward instead of a metric: the preset (``workbench.rewards``, e.g.
+``dynasearcher``; ``--reward-params`` as JSON) scores each trajectory from the run's ``features.parquet``, so
+held-out trajectories get the reward RL optimized; the means' intervals are then bootstrap intervals (a reward
+is not a proportion).
 """
 
 from __future__ import annotations
@@ -45,15 +50,33 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int
     return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
 
 
-def per_question(run_dir: str, method: str, metric: str) -> pd.DataFrame:
+def mean_interval(v: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of the mean of ``v`` (for values that are not proportions)."""
+    if len(v) == 0:
+        return (float("nan"), float("nan"))
+    idx = np.random.default_rng(seed).integers(0, len(v), size=(reps, len(v)))
+    means = v[idx].mean(axis=1)
+    return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
+
+
+def per_question(run_dir: str, method: str, metric: str, reward: str | None = None,
+                 reward_params: dict | None = None) -> pd.DataFrame:
     """One row per question of ``method`` in the eval run ``run_dir``: the metric's mean over samples (``v``),
-    hops, searches, answered and format-valid shares."""
+    hops, searches, answered and format-valid shares. With ``reward`` the value is that reward preset's total,
+    computed from the run's ``features.parquet``."""
     from workbench.runs import open_run
 
     run = open_run(run_dir)
-    df = pd.read_parquet(run.path / "trajectories.parquet", columns=["example_id", "method", "hops", metric,
-                                                                       "n_searches", "format_ok", "answer"])
+    cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if reward else [metric])
+    df = pd.read_parquet(run.path / "trajectories.parquet", columns=cols)
     df = df[df["method"] == method]
+    if reward and not df.empty:
+        from workbench.rewards import get_preset
+
+        feats = pd.read_parquet(run.path / "features.parquet")
+        feats = feats[feats["id"].isin(df["id"])].reset_index(drop=True)
+        total = pd.Series(np.asarray(get_preset(reward, **(reward_params or {}))(feats).total, float), index=feats["id"])
+        df = df.assign(**{metric: df["id"].map(total)})
     if df.empty:
         raise SystemExit(f"compare_methods: {run_dir} has no trajectories of method {method!r}")
     df = df.assign(answered=df["answer"].notna())
@@ -67,12 +90,20 @@ def main() -> None:
     ap.add_argument("--a", default="search_r1")
     ap.add_argument("--b", default="search_r1+lora")
     ap.add_argument("--metric", default="cem")
+    ap.add_argument("--reward", default=None, metavar="PRESET",
+                    help="compare this reward preset's total (from features.parquet) instead of --metric")
+    ap.add_argument("--reward-params", default="{}", metavar="JSON", help="the preset's parameters")
     ap.add_argument("--b-run", default=None, nargs="+",
                     help="read method B from these eval run(s) instead (pooled; paired with A by question id)")
     args = ap.parse_args()
+    import json
+
+    params = json.loads(args.reward_params)
+    if args.reward:
+        args.metric = f"reward {args.reward}"
 
     def pooled(runs: list[str], method: str) -> pd.DataFrame:
-        frames = [per_question(r, method, args.metric) for r in runs]
+        frames = [per_question(r, method, args.metric, args.reward, params) for r in runs]
         dup = pd.concat([f.index.to_series() for f in frames]).duplicated()
         if dup.any():
             raise SystemExit(f"compare_methods: question {dup.index[dup.to_numpy()][0]!r} is in more than one of "
@@ -93,8 +124,8 @@ def main() -> None:
     for label, ix in groups:
         va, vb = a.loc[ix, "v"].to_numpy(float), b.loc[ix, "v"].to_numpy(float)
         n = len(ix)
-        la, ha = wilson(va.sum(), n)
-        lb, hb = wilson(vb.sum(), n)
+        (la, ha), (lb, hb) = ((mean_interval(va), mean_interval(vb)) if args.reward
+                              else (wilson(va.sum(), n), wilson(vb.sum(), n)))
         lo, hi = paired_bootstrap(va, vb)
         print(f"| {label} | {n} | {va.mean():.3f} [{la:.2f}, {ha:.2f}] | {vb.mean():.3f} [{lb:.2f}, {hb:.2f}] "
               f"| {vb.mean() - va.mean():+.3f} [{lo:+.2f}, {hi:+.2f}] | {a.loc[ix, 'ans'].mean():.2f} → "

@@ -6,7 +6,7 @@ Writes ``adapter_model.safetensors`` (the LoRA weights of the run's newest check
 ``--dtype``: bf16 halves the file, LoRA deltas lose nothing that greedy decoding notices — the demo's
 comparison is measured with the shipped file), ``adapter_config.json`` (base model by its alias) and
 ``provenance.json`` (the run's config, its SFT/RL metrics per step, the checkpoint step, the git commit
-of the code that trained it).
+of the code that trained it, and for an RL run started from an adapter, that adapter's run and commit).
 """
 
 from __future__ import annotations
@@ -17,12 +17,17 @@ import subprocess
 from pathlib import Path
 
 
+#: Per-step figures kept in provenance.json: SFT's loss, RL's reward, cover-EM and searches.
+STEP_KEYS = ("step", "loss", "tokens", "grad_norm", "reward_mean", "cem", "searches_mean", "format_ok")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir")
     ap.add_argument("--name", required=True, help="folder under data/adapters/")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     ap.add_argument("--commit", default=None, help="commit that trained it (default: git rev-parse HEAD)")
+    ap.add_argument("--root", default=None, help="folder the adapter folder is written in (default: data/adapters/)")
     args = ap.parse_args()
     import torch
     from safetensors.torch import load_file, save_file
@@ -32,7 +37,7 @@ def main() -> None:
     from workbench.rl.policy import adapter_dir
 
     src = adapter_dir(args.run_dir)
-    out = repo_root() / "data" / "adapters" / args.name
+    out = (Path(args.root) if args.root else repo_root() / "data" / "adapters") / args.name
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.to(getattr(torch, args.dtype)).contiguous() for k, v in load_file(src / "adapter_model.safetensors").items()}
     save_file(tensors, out / "adapter_model.safetensors", metadata={"format": "pt"})
@@ -42,11 +47,19 @@ def main() -> None:
     commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                            cwd=repo_root()).stdout.strip()
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    atomic_write_json(out / "provenance.json", {
-        "run_id": run.name, "checkpoint": src.name, "dtype": args.dtype, "commit": commit,
-        "config": json.loads((run / "config.json").read_text()),
-        "metrics": [{k: r[k] for k in ("step", "loss", "tokens", "grad_norm") if k in r} for r in steps],
-    })
+    config = json.loads((run / "config.json").read_text())
+    record = {
+        "run_id": run.name, "checkpoint": src.name, "dtype": args.dtype, "commit": commit, "config": config,
+        "metrics": [{k: r[k] for k in STEP_KEYS if k in r} for r in steps if "step" in r],
+    }
+    init = config.get("init_adapter")  # an RL run on top of an adapter: name the stage before it too
+    if init:
+        init_dir = Path(init) if Path(init).is_absolute() else repo_root() / init
+        prov = init_dir / "provenance.json"
+        before = json.loads(prov.read_text()) if prov.exists() else {}
+        record["init_adapter"] = {"path": str(init), **{k: before[k] for k in ("run_id", "checkpoint", "commit")
+                                                         if k in before}}
+    atomic_write_json(out / "provenance.json", record)
     size = (out / "adapter_model.safetensors").stat().st_size
     print(f"{out}: {size / 1e6:.1f} MB ({args.dtype}), from {src} (commit {commit[:12]})")
 

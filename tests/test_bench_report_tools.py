@@ -85,6 +85,24 @@ def test_compare_methods_pairs_two_eval_runs_by_question(tmp_path, monkeypatch, 
         cm.main()
 
 
+def test_compare_methods_compares_a_reward_from_the_features(tmp_path, monkeypatch, capsys):
+    cm = _load("compare_methods")
+    runs = []
+    for name, em in (("a", [0.0, 1.0, 0.0, 0.0]), ("b", [1.0, 1.0, 1.0, 0.0])):
+        run = _eval_run(tmp_path / name, "m", {f"q{i}": 0.5 for i in range(4)})  # cem 0.5: not what is compared
+        df = pd.read_parquet(run / "trajectories.parquet").assign(id=[f"{name}{i}" for i in range(4)])
+        df.to_parquet(run / "trajectories.parquet")
+        pd.DataFrame({"id": df["id"], "em": em, "f1": em, "cem": em, "format_ok": True, "answered": True,
+                      "has_gold": True}).to_parquet(run / "features.parquet")
+        runs.append(run)
+    monkeypatch.setattr(sys, "argv", ["cm", str(runs[0]), "--a", "m", "--b-run", str(runs[1]), "--b", "m",
+                                      "--reward", "search_r1"])
+    cm.main()
+    out = capsys.readouterr().out
+    row = next(r for r in out.splitlines() if r.startswith("| all"))
+    assert "reward search_r1" in out and "| 0.250 " in row and "| 0.750 " in row and "+0.500" in row
+
+
 def test_compare_methods_pools_the_runs_of_two_splits(tmp_path, monkeypatch, capsys):
     cm = _load("compare_methods")
     a_dev = _eval_run(tmp_path / "ad", "m", {"d1": 0.0, "d2": 1.0})
@@ -99,3 +117,31 @@ def test_compare_methods_pools_the_runs_of_two_splits(tmp_path, monkeypatch, cap
     monkeypatch.setattr(sys, "argv", ["cm", str(a_dev), str(a_dev), "--a", "m"])  # the same questions twice
     with pytest.raises(SystemExit, match="in more than one of"):
         cm.main()
+
+
+def test_ship_adapter_casts_to_bf16_and_names_both_stages(tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    sa = _load("ship_adapter")
+    sft = tmp_path / "adapters" / "a-sft"  # the stage the RL run started from, shipped before
+    sft.mkdir(parents=True)
+    (sft / "provenance.json").write_text(json.dumps({"run_id": "sft-run", "checkpoint": "step_000168", "commit": "c0"}))
+    ck = tmp_path / "rl-run" / "checkpoints" / "step_000008"
+    ck.mkdir(parents=True)
+    save_file({"lora_A": torch.full((2, 3), 1 / 3)}, ck / "adapter_model.safetensors")
+    (ck / "adapter_config.json").write_text(json.dumps({"r": 16}))
+    (ck / "trainer_state.json").write_text("{}")  # a complete checkpoint
+    (tmp_path / "rl-run" / "config.json").write_text(json.dumps({"kind": "train", "init_adapter": str(sft)}))
+    (tmp_path / "rl-run" / "metrics.jsonl").write_text(
+        json.dumps({"step": 8, "loss": 0.0, "reward_mean": 0.8, "cem": 0.4, "time_step_s": 100}) + "\n")
+    monkeypatch.setattr(sys, "argv", ["sa", str(tmp_path / "rl-run"), "--name", "a-sft-grpo", "--commit", "c1",
+                                      "--root", str(tmp_path / "adapters")])
+    sa.main()
+    out = tmp_path / "adapters" / "a-sft-grpo"
+    w = load_file(out / "adapter_model.safetensors")["lora_A"]
+    assert w.dtype == torch.bfloat16 and torch.allclose(w.float(), torch.full((2, 3), 1 / 3), atol=1e-3)
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["checkpoint"] == "step_000008" and prov["commit"] == "c1"
+    assert prov["metrics"] == [{"step": 8, "loss": 0.0, "reward_mean": 0.8, "cem": 0.4}]
+    assert prov["init_adapter"] == {"path": str(sft), "run_id": "sft-run", "checkpoint": "step_000168", "commit": "c0"}

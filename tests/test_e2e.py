@@ -57,7 +57,7 @@ def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys):
     # the KG method too (issue 17), and the search agent with the shipped SFT adapter beside it (issue 14)
     assert set(metrics["methods"]) == {"direct", "search_r1", "search_r1+lora", "dynasearcher"}
     assert metrics["methods"]["direct"]["n"] == 4 and metrics["methods"]["direct"]["searches"] == 0
-    assert run.config["eval"]["adapter"].endswith("data/adapters/search_r1-sft")
+    assert run.config["eval"]["adapter"].endswith("data/adapters/search_r1-sft-grpo")
     assert run.config["methods"]["search_r1"]["protocol"]["observation_mode"] == "chat"  # the layout it learned
     assert len(run.trajectories()) == 16  # 2 questions x 2 samples x 4 methods
     nb_dir = run.path / "notebooks" / "01_trajectory_inspector"

@@ -35,7 +35,7 @@ DEMO_BATCH_MIB = 384
 
 #: The trained adapter the demo compares with the untrained model (``data/adapters/README.md`` says how it was
 #: made and from which commit); ``+lora`` methods are left out, with a note, when it is missing.
-DEMO_ADAPTER = repo_root() / "data" / "adapters" / "search_r1-sft"
+DEMO_ADAPTER = repo_root() / "data" / "adapters" / "search_r1-sft-grpo"
 
 #: Notebooks executed into the run, in order, and the parameters each gets (``{run}``: the run
 #: directory, ``{runs}``: the runs root). 00_quickstart is left out: it would evaluate the model again.
