@@ -117,6 +117,11 @@ def main() -> None:
         raise SystemExit(f"compare_methods: {len(missing)} question(s) are in one run only (e.g. {missing[0]!r}); "
                          "compare evals of the same split and limit")
     b = b.reindex(a.index)
+    unscored = a.index[a["v"].isna() | b["v"].isna()]
+    if len(unscored):  # e.g. a reward term whose feature the eval did not compute (query embeddings)
+        print(f"{len(unscored)} question(s) without a value on one side (a feature the reward needs is missing "
+              f"there), left out of both: {', '.join(map(str, unscored[:5]))}{' ...' if len(unscored) > 5 else ''}\n")
+        a, b = a.drop(unscored), b.drop(unscored)
     print(f"| hops | n | {args.metric} {args.a} [95% CI] | {args.metric} {args.b} [95% CI] | B − A [95% CI] "
           f"| answered A → B | searches A → B | format-valid A → B |")
     print("|---|---:|---|---|---|---|---|---|")

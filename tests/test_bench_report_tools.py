@@ -102,6 +102,14 @@ def test_compare_methods_compares_a_reward_from_the_features(tmp_path, monkeypat
     row = next(r for r in out.splitlines() if r.startswith("| all"))
     assert "reward search_r1" in out and "| 0.250 " in row and "| 0.750 " in row and "+0.500" in row
 
+    feats = pd.read_parquet(runs[1] / "features.parquet")
+    feats.loc[0, ["em", "f1", "cem"]] = np.nan  # a feature the reward needs is missing for q0 in B
+    feats.to_parquet(runs[1] / "features.parquet")
+    cm.main()
+    out = capsys.readouterr().out
+    row = next(r for r in out.splitlines() if r.startswith("| all"))
+    assert "1 question(s) without a value" in out and "q0" in out and row.startswith("| all | 3 |")
+
 
 def test_compare_methods_pools_the_runs_of_two_splits(tmp_path, monkeypatch, capsys):
     cm = _load("compare_methods")
