@@ -456,11 +456,14 @@ def _check_retrieval_server(cfg: EvalConfig, data: Any, methods: Sequence[str]) 
     if data.setting == "per-question":
         raise ValueError("--retrieval-url serves one corpus, but --corpus per-question gives each question its own "
                          "passages: drop one of the two")
+    client = RemoteRetrieval(cfg.retrieval_url, timeout_s=10.0)
     try:
-        health = RemoteRetrieval(cfg.retrieval_url, timeout_s=10.0).health()
+        health = client.health()
     except RemoteToolError as e:
         raise ValueError(f"{e}: start `workbench serve-retrieval --corpus FILE --port PORT` and pass its "
                          "address, or drop --retrieval-url to build the index here") from None
+    finally:
+        client.close()
     if not isinstance(health, dict) or health.get("status") != "ok":
         raise ValueError(f"{cfg.retrieval_url}/health answered {str(health)[:120]!r}, not a workbench "
                          "serve-retrieval: check the address")
