@@ -40,16 +40,6 @@ def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return (c - h, c + h)
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of mean(b − a) over paired questions."""
-    d = b - a
-    if len(d) == 0:
-        return (float("nan"), float("nan"))
-    idx = np.random.default_rng(seed).integers(0, len(d), size=(reps, len(d)))
-    means = d[idx].mean(axis=1)
-    return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
-
-
 def mean_interval(v: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[float, float]:
     """95% bootstrap interval of the mean of ``v`` (for values that are not proportions)."""
     if len(v) == 0:
@@ -57,6 +47,11 @@ def mean_interval(v: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[flo
     idx = np.random.default_rng(seed).integers(0, len(v), size=(reps, len(v)))
     means = v[idx].mean(axis=1)
     return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of mean(b − a) over paired questions."""
+    return mean_interval(b - a, reps, seed)
 
 
 def per_question(run_dir: str, method: str, metric: str, reward: str | None = None,
@@ -98,7 +93,14 @@ def main() -> None:
     args = ap.parse_args()
     import json
 
-    params = json.loads(args.reward_params)
+    try:
+        params = json.loads(args.reward_params)
+        if args.reward:
+            from workbench.rewards import get_preset
+
+            get_preset(args.reward, **params)  # a bad name or parameter fails here, before any run is read
+    except (ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"compare_methods: --reward {args.reward} --reward-params {args.reward_params}: {e}") from None
     if args.reward:
         args.metric = f"reward {args.reward}"
 

@@ -109,6 +109,9 @@ def test_compare_methods_compares_a_reward_from_the_features(tmp_path, monkeypat
     out = capsys.readouterr().out
     row = next(r for r in out.splitlines() if r.startswith("| all"))
     assert "1 question(s) without a value" in out and "q0" in out and row.startswith("| all | 3 |")
+    monkeypatch.setattr(sys, "argv", ["cm", str(runs[0]), "--reward", "nope"])
+    with pytest.raises(SystemExit, match="unknown reward preset 'nope'"):
+        cm.main()
 
 
 def test_compare_methods_pools_the_runs_of_two_splits(tmp_path, monkeypatch, capsys):
