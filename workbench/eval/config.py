@@ -181,6 +181,9 @@ class EvalConfig:
             from workbench.tools.remote import base_url
 
             self.retrieval_url = base_url(self.retrieval_url)
+            if (self.corpus or "").strip() == "per-question":
+                raise ValueError("--retrieval-url serves one corpus, but --corpus per-question gives each question its "
+                                 "own passages: drop one of the two")
         if not str(self.dataset).strip():
             raise ValueError("dataset is empty: pass 'world', a dataset name or a file path")
         if self.format is not None:

@@ -449,36 +449,6 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _check_retrieval_server(cfg: EvalConfig, data: Any, methods: Sequence[str]) -> dict[str, Any]:
-    """The ``/health`` of ``cfg.retrieval_url``, after checking it serves every tool ``methods`` need (ValueError if not)."""
-    from workbench.tools.remote import REMOTE_KINDS, RemoteRetrieval, RemoteToolError
-
-    if data.setting == "per-question":
-        raise ValueError("--retrieval-url serves one corpus, but --corpus per-question gives each question its own "
-                         "passages: drop one of the two")
-    client = RemoteRetrieval(cfg.retrieval_url, timeout_s=10.0)
-    try:
-        health = client.health()
-    except RemoteToolError as e:
-        raise ValueError(f"{e}: start `workbench serve-retrieval --corpus FILE --port PORT` and pass its "
-                         "address, or drop --retrieval-url to build the index here") from None
-    finally:
-        client.close()
-    if not isinstance(health, dict) or health.get("status") != "ok":
-        raise ValueError(f"{cfg.retrieval_url}/health answered {str(health)[:120]!r}, not a workbench "
-                         "serve-retrieval: check the address")
-    for m in methods:
-        for tool in resolve_method(m, cfg.protocol_kwargs)[1].required_tools:
-            if tool not in REMOTE_KINDS:
-                raise ValueError(f"method {m!r} needs the {tool!r} tool, which a retrieval server does not serve "
-                                 f"(it serves {', '.join(REMOTE_KINDS)}): drop --retrieval-url or the method")
-            if tool != "search" and not health.get(tool):
-                raise ValueError(f"method {m!r} needs the {tool!r} tool, but the server at {cfg.retrieval_url} has "
-                                 "none (it serves the kg and plan tools only with --corpus world): drop --retrieval-url "
-                                 "or the method")
-    return health
-
-
 def run_eval(
     methods: str | Sequence[str] = ("direct", "search_r1"),
     dataset: str | os.PathLike = "world",
@@ -536,7 +506,12 @@ def run_eval(
     if not runnable:
         raise ValueError(f"none of the methods {', '.join(cfg.methods)} can run on {data.dataset!r}")
 
-    served = _check_retrieval_server(cfg, data, runnable) if cfg.retrieval_url else None
+    protocols = [resolve_method(m, cfg.protocol_kwargs)[1] for m in runnable]
+    served = None
+    if cfg.retrieval_url:  # the tools call a running serve-retrieval: checked before the model loads
+        from workbench.tools.remote import check_server
+
+        served = check_server(cfg.retrieval_url, {m: p.required_tools for m, p in zip(runnable, protocols)})
 
     t0 = time.perf_counter()
     if backend is None:
@@ -559,43 +534,12 @@ def run_eval(
     _say(log, f"[model] {what} ({timings['model_s']:.1f}s)")
 
     from workbench.eval.adapters import adapter_state, split_method
-    from workbench.tools.toolbox import build_toolbox
+    from workbench.eval.toolboxes import method_toolboxes
 
-    def make_toolbox(proto: Protocol, passages: list[Passage] | None) -> Toolbox:
-        tb = build_toolbox(proto, data.world, passages=passages, retriever=cfg.retriever, kg=data.kg,
-                           tokenizer=backend.tokenizer)
-        if data.kg is not None and "kg" in tb:  # a real KG: names the policy wrote are linked too
-            from workbench.tools.kg.linking import linking_kg_tool
-
-            tb.register("kg", linking_kg_tool(data.kg, tb.tools["kg"]))
-        return tb
-
-    toolboxes: dict[tuple[str, ...], Toolbox | Callable[[Example], Toolbox]] = {}
     t0 = time.perf_counter()
-    for m in runnable:
-        proto = resolve_method(m, cfg.protocol_kwargs)[1]
-        need = tuple(sorted(proto.required_tools))
-        if need in toolboxes:
-            continue
-        if not need:
-            toolboxes[need] = Toolbox()
-        elif served is not None:
-            from workbench.tools.remote import remote_toolbox
-
-            toolboxes[need] = remote_toolbox(proto, cfg.retrieval_url)
-        elif data.setting == "per-question":  # built when each question is rolled out
-            toolboxes[need] = lambda ex, proto=proto: make_toolbox(proto, data.question_passages(ex))
-        else:
-            toolboxes[need] = make_toolbox(proto, data.passages)
+    toolboxes, built = method_toolboxes(protocols, data, cfg.retriever, backend.tokenizer, served, cfg.retrieval_url)
     timings["index_s"] = time.perf_counter() - t0
-    tools = sorted({t for tb in toolboxes.values() if isinstance(tb, Toolbox) for t in tb.names()}
-                   | {t for need, tb in toolboxes.items() if not isinstance(tb, Toolbox) for t in need})
-    over = (f"each question's own {data.info['passages_per_question']:.1f} passages on average"
-            if data.setting == "per-question" else f"{len(data.passages or [])} passages")
-    if served is not None:
-        over = f"{served.get('passages', '?')} passages, served by {cfg.retrieval_url}"
-    _say(log, f"[tools] {', '.join(tools) or 'none'} ({served.get('retriever', '?') if served else cfg.retriever} "
-              f"over {over}) ({timings['index_s']:.2f}s)")
+    _say(log, f"[tools] {built} ({timings['index_s']:.2f}s)")
 
     _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(runnable)}")
     results = []
@@ -615,8 +559,8 @@ def run_eval(
                 "split": cfg.split or data.examples[0].split, "limit": cfg.limit, "seed": cfg.seed,
                 **data.info, "retriever": cfg.retriever, "corpus": data.corpus, "corpus_setting": data.setting,
                 "n_passages": len(data.passages or []),
-                **({"retrieval_server": {"url": cfg.retrieval_url, "passages": served.get("passages"),
-                                         "retriever": served.get("retriever")}} if served is not None else {}),
+                **({"retrieval_server": {"url": cfg.retrieval_url, **{k: served.get(k) for k in ("passages", "retriever")}}}
+                   if served is not None else {}),
                 "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict()},
     )
     write_eval_run(run, results, data.examples, features=True, timings=timings)

@@ -184,3 +184,27 @@ def remote_toolbox(protocol: Any, url: str, timeout_s: float = 20.0) -> Toolbox:
     from workbench.tools.toolbox import required_tools
 
     return Toolbox(remote_tools(RemoteRetrieval(url, timeout_s=timeout_s), required_tools(protocol)))
+
+
+def check_server(url: str, needs: dict[str, Sequence[str]]) -> dict[str, Any]:
+    """The ``/health`` of the retrieval server at ``url``, after checking it serves every tool in ``needs``
+    (``{method: tools it calls}``); a ValueError naming the method, the tool and the fix if not."""
+    client = RemoteRetrieval(url, timeout_s=10.0)
+    try:
+        health = client.health()
+    except RemoteToolError as e:
+        raise ValueError(f"{e}: start `workbench serve-retrieval --corpus FILE --port PORT` and pass its "
+                         "address, or drop --retrieval-url to build the index here") from None
+    finally:
+        client.close()
+    if not isinstance(health, dict) or health.get("status") != "ok":
+        raise ValueError(f"{url}/health answered {str(health)[:120]!r}, not a workbench serve-retrieval: check the address")
+    for method, tools in needs.items():
+        for tool in tools:
+            if tool not in REMOTE_KINDS:
+                raise ValueError(f"method {method!r} needs the {tool!r} tool, which a retrieval server does not serve "
+                                 f"(it serves {', '.join(REMOTE_KINDS)}): drop --retrieval-url or the method")
+            if tool != "search" and not health.get(tool):
+                raise ValueError(f"method {method!r} needs the {tool!r} tool, but the server at {url} has none (it "
+                                 "serves the kg and plan tools only with --corpus world): drop --retrieval-url or the method")
+    return health
