@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,23 +55,20 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int
     return mean_interval(b - a, reps, seed)
 
 
-def per_question(run_dir: str, method: str, metric: str, reward: str | None = None,
-                 reward_params: dict | None = None) -> pd.DataFrame:
+def per_question(run_dir: str, method: str, metric: str, reward: Any = None) -> pd.DataFrame:
     """One row per question of ``method`` in the eval run ``run_dir``: the metric's mean over samples (``v``),
-    hops, searches, answered and format-valid shares. With ``reward`` the value is that reward preset's total,
-    computed from the run's ``features.parquet``."""
+    hops, searches, answered and format-valid shares. With ``reward`` (a reward preset's ``Rubric``) the value is
+    its total, computed from the run's ``features.parquet``."""
     from workbench.runs import open_run
 
     run = open_run(run_dir)
-    cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if reward else [metric])
+    cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if reward is not None else [metric])
     df = pd.read_parquet(run.path / "trajectories.parquet", columns=cols)
     df = df[df["method"] == method]
-    if reward and not df.empty:
-        from workbench.rewards import get_preset
-
+    if reward is not None and not df.empty:
         feats = pd.read_parquet(run.path / "features.parquet")
         feats = feats[feats["id"].isin(df["id"])].reset_index(drop=True)
-        total = pd.Series(np.asarray(get_preset(reward, **(reward_params or {}))(feats).total, float), index=feats["id"])
+        total = pd.Series(np.asarray(reward(feats).total, float), index=feats["id"])
         df = df.assign(**{metric: df["id"].map(total)})
     if df.empty:
         raise SystemExit(f"compare_methods: {run_dir} has no trajectories of method {method!r}")
@@ -93,19 +91,20 @@ def main() -> None:
     args = ap.parse_args()
     import json
 
+    rubric = None
     try:
         params = json.loads(args.reward_params)
         if args.reward:
             from workbench.rewards import get_preset
 
-            get_preset(args.reward, **params)  # a bad name or parameter fails here, before any run is read
+            rubric = get_preset(args.reward, **params)  # a bad name or parameter fails here, before any run is read
     except (ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"compare_methods: --reward {args.reward} --reward-params {args.reward_params}: {e}") from None
     if args.reward:
         args.metric = f"reward {args.reward}"
 
     def pooled(runs: list[str], method: str) -> pd.DataFrame:
-        frames = [per_question(r, method, args.metric, args.reward, params) for r in runs]
+        frames = [per_question(r, method, args.metric, rubric) for r in runs]
         dup = pd.concat([f.index.to_series() for f in frames]).duplicated()
         if dup.any():
             raise SystemExit(f"compare_methods: question {dup.index[dup.to_numpy()][0]!r} is in more than one of "

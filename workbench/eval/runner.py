@@ -543,8 +543,7 @@ def run_eval(
 
     _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(runnable)}")
     results = []
-    for m in runnable:
-        protocol = resolve_method(m, cfg.protocol_kwargs)[1]
+    for m, protocol in zip(runnable, protocols):
         rc = cfg.rollout_config(max_turns=1 if not protocol.required_tools else None)
         tb = toolboxes[tuple(sorted(protocol.required_tools))]
         with adapter_state(getattr(backend, "model", None), split_method(m)[1]):
