@@ -20,13 +20,14 @@ from workbench.regress.results import (
     OK,
     PASS,
     REGRESSED,
+    TAKEN,
     CaseResult,
     MetricResult,
     RegressReport,
     compare,
     lookup,
 )
-from workbench.regress.run import default_jobs, execute_case, run_regress, write_baseline
+from workbench.regress.run import default_jobs, execute_case, provenance, run_regress, write_baseline
 from workbench.regress.suite import Case, Fixture, Suite, Tolerance, load_suite, make_fixture
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "OK",
     "PASS",
     "REGRESSED",
+    "TAKEN",
     "Case",
     "CaseResult",
     "Fixture",
@@ -49,6 +51,7 @@ __all__ = [
     "load_suite",
     "lookup",
     "make_fixture",
+    "provenance",
     "report_html",
     "report_markdown",
     "run_regress",

@@ -29,6 +29,15 @@ def _rel(path: str, out_dir: str) -> str:
         return Path(path).as_uri()
 
 
+def _taken(taken: dict | None) -> str:
+    """Where a baseline was taken, in words."""
+    if not taken:
+        return "taken at an unrecorded commit and date"
+    commit = taken.get("commit") or "no git commit"
+    dirty = " (with uncommitted changes)" if taken.get("dirty") else ""
+    return f"taken at {commit}{dirty} on {taken.get('date', '?')}, {taken.get('machine', '?')}"
+
+
 def report_markdown(r: RegressReport) -> str:
     n = r.counts
     verdict = "FAILED" if r.failed else "OK"
@@ -55,6 +64,7 @@ def report_markdown(r: RegressReport) -> str:
         if c.parameters:
             lines += ["", "Parameters: " + ", ".join(f"`{k}={v!r}`" for k, v in c.parameters.items())]
         if c.metrics:
+            lines += ["", f"Baseline `{c.baseline_file}`: {_taken(c.baseline_taken)}"]
             lines += ["", "| metric | baseline | current | delta | tolerance | status |", "|---|---:|---:|---:|---|---|"]
             for m in c.metrics:
                 lines.append(f"| {m.name} | {_fmt(m.baseline)} | {_fmt(m.value)} | {_fmt(m.delta)} | {m.tolerance} | "
@@ -114,6 +124,7 @@ def report_html(r: RegressReport) -> str:
             parts.append("<p>Parameters: " + ", ".join(f"<code>{e_(k)}={e_(repr(v))}</code>" for k, v in c.parameters.items())
                          + "</p>")
         if c.metrics:
+            parts.append(f"<p>Baseline <code>{e_(c.baseline_file)}</code>: {e_(_taken(c.baseline_taken))}</p>")
             parts.append("<table><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th><th>tolerance</th>"
                          "<th>status</th></tr>")
             for m in c.metrics:

@@ -9,6 +9,8 @@ from workbench.regress.suite import Tolerance, _is_number
 
 PASS, REGRESSED, ERROR, NEW = "pass", "regressed", "error", "new"
 OK, MISSING = "ok", "missing"
+#: The key of a baseline file that says where its values were taken (commit, date, machine); not a metric.
+TAKEN = "_taken"
 
 # --------------------------------------------------------------------------- comparison
 
@@ -84,6 +86,8 @@ class CaseResult:
     values: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     baseline_file: str = ""
+    baseline_taken: dict[str, Any] | None = None
+    """Where the baseline was taken (its ``_taken``: commit, date, machine); None for a baseline without it."""
     note: str = ""
 
 

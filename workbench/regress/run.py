@@ -14,7 +14,18 @@ from typing import Any
 
 from workbench.io import atomic_write_json
 from workbench.regress.report import write_report
-from workbench.regress.results import ERROR, MISSING, NEW, PASS, REGRESSED, CaseResult, RegressReport, compare, lookup
+from workbench.regress.results import (
+    ERROR,
+    MISSING,
+    NEW,
+    PASS,
+    REGRESSED,
+    TAKEN,
+    CaseResult,
+    RegressReport,
+    compare,
+    lookup,
+)
 from workbench.regress.suite import Case, Tolerance, _fill, load_suite, make_fixture
 
 # --------------------------------------------------------------------------- one case
@@ -34,6 +45,9 @@ def execute_case(notebook: str, output: str, parameters: dict[str, Any], kernel:
 
     from workbench.notebooks import execute_notebook
 
+    # the notebook's kernel inherits this worker's environment: one torch thread per case, as the cases run side
+    # by side (--jobs) and the baselines were taken so (sampling gives the same tokens only at the same threads)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
     out = Path(output)
     error = None
@@ -226,10 +240,11 @@ def run_regress(
             pool.shutdown(cancel_futures=True)
 
     if update_baselines:
+        taken = provenance(suite.path.parent)
         for c in selected:
             res = results[c.name]
             if res.error is None and res.values is not None:
-                path = write_baseline(suite.baselines_dir / f"{c.name}.json", res.values, c.metrics)
+                path = write_baseline(suite.baselines_dir / f"{c.name}.json", res.values, c.metrics, taken)
                 res.note = f"baseline written: {path}" if res.status == NEW else f"{res.note}; baseline updated: {path}".lstrip("; ")
     report = RegressReport(str(suite.path), str(out_dir), started.isoformat(timespec="seconds"),
                            time.perf_counter() - t_start, jobs, kernel, cell_timeout, update_baselines,
@@ -245,6 +260,7 @@ def _plain_error(ename: str, evalue: str) -> dict[str, Any]:
 def _judge(res: CaseResult, case: Case, baselines_dir: Path) -> None:
     bfile = baselines_dir / f"{case.name}.json"
     baseline = json.loads(bfile.read_text(encoding="utf-8")) if bfile.exists() else None
+    res.baseline_taken = (baseline or {}).get(TAKEN)
     res.metrics = compare(res.values or {}, baseline, case.metrics)
     bad = [m.name for m in res.metrics if m.status in (REGRESSED, MISSING)]
     if bad:
@@ -258,8 +274,10 @@ def _judge(res: CaseResult, case: Case, baselines_dir: Path) -> None:
             res.note = "not in the baseline yet: " + ", ".join(new)
 
 
-def write_baseline(path: Path, values: dict[str, Any], tolerances: dict[str, Tolerance]) -> Path:
-    """The listed metrics' current values (all numbers and strings of metrics.json when none are listed)."""
+def write_baseline(path: Path, values: dict[str, Any], tolerances: dict[str, Tolerance],
+                   taken: dict[str, Any] | None = None) -> Path:
+    """The listed metrics' current values (all numbers and strings of metrics.json when none are listed), and
+    under ``_taken`` where they were taken (:func:`provenance`: commit, date, machine)."""
     if tolerances:
         kept = {}
         for name in tolerances:
@@ -269,4 +287,28 @@ def write_baseline(path: Path, values: dict[str, Any], tolerances: dict[str, Tol
                 pass
     else:
         kept = {k: v for k, v in values.items() if isinstance(v, (int, float, str))}
-    return atomic_write_json(path, kept)
+    return atomic_write_json(path, {TAKEN: taken if taken is not None else provenance(), **kept})
+
+
+def provenance(repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Where a baseline is taken: the git commit of ``repo`` (default: this package's checkout; None outside a
+    git checkout), whether the tree had uncommitted changes, the date and the machine."""
+    import platform
+    import subprocess
+
+    from workbench.threads import available_cores
+
+    cwd = Path(repo) if repo else Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "--short=12", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status) if status is not None else None,
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {available_cores()} cores, Python {platform.python_version()}"}
