@@ -120,6 +120,26 @@ def test_seconds_per_answer_are_each_trajectorys_own(tokenizer):
     assert res.summary["wall_seconds_per_answer"] == pytest.approx(res.summary["wall_seconds"] / 3)
 
 
+def test_printed_seconds_per_answer_is_the_wall_time_per_answer():
+    """``s/answer`` in the printed tables is the method's wall time over its answers; a trajectory's own latency,
+    which overlaps its batch's, is labelled ``latency s`` (a batch of 89 answers once showed 806 s "per answer")."""
+    from workbench.demo import summary_table
+    from workbench.eval.runner import format_table
+
+    summary = {"n": 4, "seconds": 800.0, "wall_seconds": 68.0, "wall_seconds_per_answer": 17.0,
+               "by_hops": {"2": {"n": 4, "seconds": 800.0}}}
+
+    def cell(table: str, label: str, line: int = 2) -> str:  # columns are right-aligned under their labels
+        lines = table.splitlines()
+        end = f" {lines[0]} ".index(f" {label} ") + len(label)  # the whole label ("s/answer", not "tokens/answer")
+        return lines[line][:end].split()[-1]
+
+    for table in (format_table({"methods": {"m": summary}}), summary_table({"methods": {"m": summary}})):
+        assert float(cell(table, "s/answer")) == pytest.approx(17.0)
+    assert float(cell(format_table({"methods": {"m": summary}}), "latency s")) == pytest.approx(800.0)
+    assert cell(format_table({"methods": {"m": summary}}, by_hops=True), "s/answer") == "-"  # no wall time per hop
+
+
 def test_hf_backend_times_each_sequence(policy):
     from workbench.rollout.backends.base import SamplingParams
     from workbench.rollout.backends.hf import HFBackend

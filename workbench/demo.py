@@ -2,7 +2,7 @@
 
 Builds (or loads) the default world, indexes its passages with BM25, loads the default model,
 and evaluates dev questions with :func:`~workbench.eval.runner.run_eval` four ways: a direct
-answer, the Search-R1 agent (search tool), the same agent with the shipped SFT adapter
+answer, the Search-R1 agent (search tool), the same agent with the shipped SFT + GRPO adapter
 (``search_r1+lora``, :data:`DEMO_ADAPTER`) and the DynaSearcher agent (search + knowledge-graph
 tools). Each question gets a *group* of samples at temperature > 0, so the reward playground has
 advantages, kept groups and rank changes to show, and the KG explorer the agent's KG hits. It
@@ -17,11 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from workbench.eval.runner import metrics_table, run_eval
 from workbench.paths import repo_root
 from workbench.runs import Run
 
-#: The methods the demo compares: no retrieval, the search agent (untrained, and with the shipped SFT adapter
+#: The methods the demo compares: no retrieval, the search agent (untrained, and with the shipped SFT + GRPO adapter
 #: when it is there), the search + knowledge-graph agent.
 DEMO_METHODS = ("direct", "search_r1", "search_r1+lora", "dynasearcher")
 
@@ -52,7 +54,8 @@ DEMO_NOTEBOOKS: dict[str, dict[str, Any]] = {
 
 #: The demo's summary columns (``metrics_table`` name -> label, format): narrow enough for a terminal.
 SUMMARY = {"n": ("n", "d"), "em": ("EM", ".3f"), "cem": ("cover-EM", ".3f"), "f1": ("F1", ".3f"),
-           "searches": ("searches", ".2f"), "tokens": ("tokens", ".0f"), "seconds": ("s/answer", ".1f"),
+           "searches": ("searches", ".2f"), "tokens": ("tokens", ".0f"),
+           "wall_seconds_per_answer": ("s/answer", ".1f"),
            "format_ok": ("format-ok", ".2f"), "answered": ("answered", ".2f")}
 HOP_SUMMARY = ("n", "cem", "f1", "searches", "answered")
 
@@ -66,7 +69,7 @@ def summary_table(metrics: dict[str, Any], by_hops: bool = False) -> str:
     rows = []
     for key, row in df.iterrows():
         k = [str(x) for x in (key if isinstance(key, tuple) else (key,))]
-        rows.append(k + ["-" if row[c] != row[c] else format(int(row[c]) if SUMMARY[c][1] == "d" else float(row[c]),
+        rows.append(k + ["-" if pd.isna(row[c]) else format(int(row[c]) if SUMMARY[c][1] == "d" else float(row[c]),
                                                            SUMMARY[c][1]) for c in cols])
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 
@@ -145,8 +148,8 @@ def run_demo(
     _say(f"[1/3] evaluating {limit} dev questions of the synthetic world x {group_size} samples (temperature "
          f"{temperature:g}): {', '.join(methods)}")
     if adapter is not None:
-        _say(f"      search_r1+lora: the same model with the SFT adapter {adapter} (trained on expert traces of "
-             "the world's train questions; data/adapters/README.md)")
+        _say(f"      search_r1+lora: the same model with the adapter {adapter} (SFT on expert traces of the world's "
+             "train questions, then GRPO; data/adapters/README.md)")
     run = run_eval(
         methods, "world", model, out=out, name="demo", limit=limit, split="dev", retriever="bm25",
         group_size=group_size, temperature=temperature, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed,

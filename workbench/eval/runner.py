@@ -51,7 +51,9 @@ from workbench.runs import Run
 from workbench.tools.base import Passage, Toolbox
 from workbench.trajectory import Trajectory
 
-#: Columns of the printed summary table, in display order, with their labels.
+#: Columns of the printed summary table, in display order, with their labels. ``s/answer`` is the method's wall time
+#: divided by its answers (what an answer costs; a method row only); ``latency s`` is each answer's own time from
+#: its first generation call to its end, which for answers generated together in a batch overlaps.
 SUMMARY_COLUMNS = {
     "n": "n",
     "em": "EM",
@@ -60,7 +62,8 @@ SUMMARY_COLUMNS = {
     "f1": "F1",
     "searches": "searches",
     "tokens": "tokens/answer",
-    "seconds": "s/answer",
+    "wall_seconds_per_answer": "s/answer",
+    "seconds": "latency s",
     "format_ok": "format-valid",
     "valid_actions": "valid actions",
     "answered": "answered",
@@ -69,6 +72,8 @@ SUMMARY_COLUMNS = {
 #: Means computed per method and per hop count.
 MEAN_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "searches", "tokens", "seconds",
              "tool_seconds", "valid_actions", "answered", "format_ok")
+#: Per-method figures that have no per-hop value (the method's wall time is shared by its hop levels).
+METHOD_KEYS = ("wall_seconds_per_answer", "tool_share")
 FEATURES_FILE = "features.parquet"
 
 
@@ -295,9 +300,9 @@ def metrics_table(results_or_metrics: Any, by_hops: bool = False) -> pd.DataFram
             for h, hs in (s.get("by_hops") or {}).items():
                 records.append({"method": method, "hops": int(h), **{k: hs.get(k) for k in ("n", *MEAN_KEYS)}})
         else:
-            records.append({"method": method, **{k: s.get(k) for k in ("n", *MEAN_KEYS)}, "tool_share": s.get("tool_share")})
+            records.append({"method": method, **{k: s.get(k) for k in ("n", *MEAN_KEYS, *METHOD_KEYS)}})
     index = ["method", "hops"] if by_hops else ["method"]
-    cols = index + ["n", *MEAN_KEYS] + ([] if by_hops else ["tool_share"])
+    cols = index + ["n", *MEAN_KEYS] + ([] if by_hops else list(METHOD_KEYS))
     df = pd.DataFrame(records, columns=cols)
     df["n"] = df["n"].astype("Int64")
     return df.set_index(index)
@@ -309,11 +314,11 @@ def format_table(results_or_metrics: Any, by_hops: bool = False) -> str:
     first = ["method", "hops"] if by_hops else ["method"]
     head = first + list(SUMMARY_COLUMNS.values())
     fmt = {"em": ".3f", "cem": ".3f", "cem_strict": ".3f", "f1": ".3f", "searches": ".2f", "tokens": ".1f",
-           "seconds": ".2f", "format_ok": ".2f", "valid_actions": ".2f", "answered": ".2f", "demo_leak": ".2f"}
+           "seconds": ".2f", "wall_seconds_per_answer": ".2f", "format_ok": ".2f", "valid_actions": ".2f", "answered": ".2f", "demo_leak": ".2f"}
     body = []
     for key, row in df.iterrows():
         keys = [str(k) for k in (key if isinstance(key, tuple) else (key,))]
-        body.append(keys + [str(row["n"])] + [_fmt(row[k], fmt[k]) for k in list(SUMMARY_COLUMNS)[1:]])
+        body.append(keys + [str(row["n"])] + [_fmt(row.get(k), fmt[k]) for k in list(SUMMARY_COLUMNS)[1:]])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
 
     def line(cells: list[str]) -> str:
