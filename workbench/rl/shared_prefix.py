@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from workbench.rollout.backends.hf import CACHE_ARG, output_cache
+
 
 def common_prefix_len(input_ids: Tensor, attention_mask: Tensor) -> int:
     """Tokens all rows share at the start, capped so every row keeps at least one token after it
@@ -47,7 +49,7 @@ def shared_prefix_hidden(body: Any, input_ids: Tensor, attention_mask: Tensor, p
     ``prefix_len`` tokens, with the prefix computed once (see the module docstring).
 
     ``body``: the transformer body of a causal LM (``lm.model``: embeddings + layers + final norm),
-    called as HF calls it (``input_ids``, ``attention_mask``, ``position_ids``, ``past_key_values``).
+    called as HF calls it (``input_ids``, ``attention_mask``, ``position_ids``, the cache).
     """
     from transformers import DynamicCache
 
@@ -60,10 +62,10 @@ def shared_prefix_hidden(body: Any, input_ids: Tensor, attention_mask: Tensor, p
     dev = input_ids.device
     pos = torch.arange(T, device=dev).unsqueeze(0)
     pre = body(input_ids=input_ids[:1, :P], attention_mask=attention_mask[:1, :P], position_ids=pos[:, :P],
-               past_key_values=DynamicCache(), use_cache=True)
-    cache = pre.past_key_values
+               **{CACHE_ARG: DynamicCache()}, use_cache=True)
+    cache = output_cache(pre)
     cache.batch_repeat_interleave(B)  # (1, heads, P, d) -> (B, heads, P, d) per layer; autograd sums back
     out = body(input_ids=input_ids[:, P:], attention_mask=attention_mask, position_ids=pos[:, P:].expand(B, -1),
-               past_key_values=cache, use_cache=True)
+               **{CACHE_ARG: cache}, use_cache=True)
     h_pre, h_suf = pre.last_hidden_state, out.last_hidden_state  # (1, P, H), (B, T - P, H)
     return torch.cat([h_pre.expand(B, -1, -1), h_suf], dim=1)

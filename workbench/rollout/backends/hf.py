@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from workbench.rollout.backends.base import (
     EOS,
@@ -54,6 +55,17 @@ CPU_CACHE_BYTES = 384 << 20  # kept key/value caches between calls (256 MiB: no 
 CPU_BATCH_BYTES = 256 << 20  # key/value caches of one forward batch (384 MiB: MuSiQue eval peaked at 2.15 GB)
 CPU_PREFILL_BYTES = 64 << 20  # attention scores (+ softmax) of one prefill forward: sets the chunk length
 DECODE_ROOM = 256  # decode tokens the key/value buffers have room for at first; they double when full
+
+
+#: The keyword a model's forward takes its key/value cache by, and the output field that returns it: ``cache``
+#: from transformers 5.24 (``past_key_values`` is deprecated there and warns), ``past_key_values`` before (verl's
+#: environment pins an older transformers).
+CACHE_ARG = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The key/value cache a forward returned (under :data:`CACHE_ARG`)."""
+    return getattr(out, CACHE_ARG)
 
 
 class _Entry:
@@ -254,9 +266,9 @@ class HFBackend(Backend):
             b = min(S, a + step)
             out = self.model(
                 input_ids=input_ids[:, a:b], attention_mask=attn[:, : C + b], position_ids=pos[:, a:b],
-                past_key_values=past, use_cache=True, **self._last_logits_only(),
+                **{CACHE_ARG: past}, use_cache=True, **self._last_logits_only(),
             )
-            past = out.past_key_values
+            past = output_cache(out)
         return past, attn, pos[:, -1:], out.logits[:, -1, :]
 
     def prefill_chunk(self, rows: int, keys: int) -> int:
@@ -350,9 +362,9 @@ class HFBackend(Backend):
             attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
             pos = pos + 1
             out = self.model(
-                input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos, past_key_values=past, use_cache=True
+                input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos, **{CACHE_ARG: past}, use_cache=True
             )
-            past, logits = out.past_key_values, out.logits[:, -1, :]
+            past, logits = output_cache(out), out.logits[:, -1, :]
         return results  # type: ignore[return-value]
 
 
