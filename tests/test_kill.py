@@ -1,11 +1,11 @@
-"""Runs are never lost (issue 12, invariant 6): ``kill -9`` an eval and a training run at random
-(seeded) moments; every file left in the run directory opens, leftover ``.*.tmp`` files are
-ignored by readers and removed by ``open_run`` once stale, and ``workbench train --resume``
-continues from the newest checkpoint.
+"""Runs are never lost (invariant 6): ``kill -9`` an eval and a training run at random (seeded) moments;
+every file left in the run directory opens, leftover ``.*.tmp`` files are ignored by readers and removed by
+``open_run`` once stale, and ``workbench train --resume`` continues from the newest checkpoint.
 
-Bounded: two eval kills, two training kills and one resumed step (about two minutes on one
-thread). The training run is tiny and cheap on purpose: the ``direct`` protocol (short
-prompts), the ``dspo`` reward (no encoder) and ``kl_coef`` 0 (no reference pass).
+Each kill must land while the command runs (the training run's between two checkpoints, before its last).
+Bounded: two eval kills, two training kills and one resumed step (about two minutes on one thread). The
+training run is tiny and cheap on purpose: the ``direct`` protocol (short prompts), the ``dspo`` reward (no
+encoder) and ``kl_coef`` 0 (no reference pass).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ SEED = 12
 CLI = [sys.executable, "-m", "workbench.cli"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
        "HF_HUB_OFFLINE": "1"}
-EVAL = ["eval", "--method", "direct", "--limit", "4", "--no-progress"]
-TRAIN = ["train", "--steps", "3", "--questions-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
+# more work than the kill windows below allow, so every kill lands while the command runs (asserted)
+EVAL = ["eval", "--method", "direct", "--limit", "60", "--no-progress"]
+TRAIN = ["train", "--steps", "8", "--questions-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
          "--max-turns", "2", "--save-every", "1", "--protocol", "direct", "--reward", "dspo",
          "--loss-overrides", '{"kl_coef": 0}', "--no-progress"]
 
@@ -38,11 +39,13 @@ def start(args: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(CLI + args, env=ENV, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def kill9(proc: subprocess.Popen) -> None:
-    """``kill -9`` the command's process (if it is still running) and reap it."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
+def kill9(proc: subprocess.Popen, log: Path) -> None:
+    """``kill -9`` the command's process and reap it; fails if it had already ended (the kill did not land mid-run)."""
+    assert proc.poll() is None, f"the command ended (exit {proc.returncode}) before the kill: " + log.read_text(
+        errors="replace")[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
 
 
 def wait_for(cond, proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -109,9 +112,10 @@ def test_killed_eval_leaves_only_readable_files(tmp_path):
     rng = random.Random(SEED)
     for k in range(2):
         root = tmp_path / f"eval{k}"
-        proc = start([*EVAL, "--out", str(root)], tmp_path / f"eval{k}.log")
+        log = tmp_path / f"eval{k}.log"
+        proc = start([*EVAL, "--out", str(root)], log)
         time.sleep(rng.uniform(3.0, 20.0))
-        kill9(proc)
+        kill9(proc, log)
         for run_dir in runs_in(root):
             check_run(run_dir)
 
@@ -125,7 +129,7 @@ def test_killed_training_resumes_from_its_newest_checkpoint(tmp_path):
     root = tmp_path / "early"
     proc = start([*TRAIN, "--out", str(root)], tmp_path / "early.log")
     time.sleep(rng.uniform(2.0, 15.0))
-    kill9(proc)
+    kill9(proc, tmp_path / "early.log")
     for run_dir in runs_in(root):
         check_run(run_dir)
 
@@ -136,11 +140,12 @@ def test_killed_training_resumes_from_its_newest_checkpoint(tmp_path):
     has_checkpoint = lambda: any(latest_checkpoint(d) is not None for d in runs_in(root))  # noqa: E731
     assert wait_for(has_checkpoint, proc, 240), log.read_text(errors="replace")[-3000:]
     time.sleep(rng.uniform(0.0, 8.0))
-    kill9(proc)
+    kill9(proc, log)
     (run_dir,) = runs_in(root)
     check_run(run_dir)
     ck = latest_checkpoint(run_dir)
     done = int(ck.name.split("_")[-1])
+    assert 1 <= done < int(TRAIN[TRAIN.index("--steps") + 1])  # killed between two checkpoints, before the last
 
     # leftover temp files of a killed writer: readers ignore them; open_run removes the stale ones
     stale, fresh = run_dir / ".trajectories.parquet.k1ll.tmp", run_dir / ".metrics.json.k2ll.tmp"

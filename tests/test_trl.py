@@ -136,6 +136,19 @@ def test_grpo_config_from_methods():
         grpo_config_kwargs("vanilla_rag")
 
 
+def r_distinct(completions, **kwargs):
+    """Test reward (a plain TRL reward function): a number from each completion's text, different for two
+    different samples, so no group has equal rewards and the step must move the adapter."""
+    import zlib
+
+    out = [zlib.crc32(str(c).encode()) % 997 / 997 for c in completions]
+    r_distinct.seen.append(out)
+    return out
+
+
+r_distinct.seen = []
+
+
 def r_invalid(c):
     """Test component: a penalty per invalid turn (varies within a group, so the step has a gradient)."""
     return -c["n_invalid"]
@@ -152,6 +165,7 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     from workbench.rewards.rubric import Rubric
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    r_distinct.seen.clear()
     proto, toolbox, examples = setup
     model, tok = load_policy(device="cpu")  # its own copy: peft wraps the model it is given
     rf = RolloutFunc(proto, toolbox, config=RolloutConfig(max_turns=2, max_new_tokens=32, seed=0), examples=examples)
@@ -159,14 +173,28 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     funcs, weights = to_trl(rubric, METHOD, encoder=False, cache=False)
     args = trl.GRPOConfig(
         output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
-        max_completion_length=96, learning_rate=1e-3, beta=0.0, reward_weights=weights, logging_steps=1,
+        max_completion_length=96, learning_rate=1e-3, beta=0.0, reward_weights=[*weights, 1.0], logging_steps=1,
         report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0,
         gradient_checkpointing=False,
     )
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=trl_dataset(examples, proto),
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=[*funcs, r_distinct], args=args, train_dataset=trl_dataset(examples, proto),
                               processing_class=tok, rollout_func=rf,
                               peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                      task_type="CAUSAL_LM"))
+    # TRL's own code on our rollout function's output: its prompt tokenization gives our prompt ids, and its
+    # per-token logprobs of the completions (teacher-forced; the adapter starts as a no-op) give the sampled ones
+    probe = RolloutFunc(proto, toolbox, config=RolloutConfig(max_turns=2, max_new_tokens=32, seed=3),
+                        examples=examples)
+    prompts = [trl_row(ex, proto)["prompt"] for ex in examples]
+    out = probe(prompts, trainer)
+    assert trainer._tokenize_prompts(prompts)[0] == out["prompt_ids"]
+    for p_ids, c_ids, lps, mask in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"]):
+        ids = torch.tensor([p_ids + c_ids])
+        with torch.no_grad():
+            trl_lps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, torch.ones_like(ids),
+                                                                 len(c_ids))[0][0]
+        gaps = [abs(float(a) - b) for a, b, m in zip(trl_lps, lps, mask) if m == 1]
+        assert gaps and max(gaps) < 2e-3, max(gaps)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()
     assert rf.calls == 1 and len(rf.last_trajectories) == 4
@@ -178,16 +206,18 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     table = rubric(compute_features(rf.last_trajectories, examples, encoder=False, cache=False))
     for func, name in zip(funcs, rubric.weights):
         assert math.isclose(log[f"rewards/{func.__name__}/mean"], float(table.frame[name].mean()), abs_tol=1e-6)
-    assert math.isclose(log["reward"], float(table.total.mean()), abs_tol=1e-6)
+    (distinct,) = r_distinct.seen  # what TRL's one call gave the four completions
+    assert len(set(distinct)) == 4 and math.isclose(log["rewards/r_distinct/mean"], sum(distinct) / 4, abs_tol=1e-6)
+    assert math.isclose(log["reward"], float(table.total.mean()) + sum(distinct) / 4, abs_tol=1e-6)
     # TRL took our env_mask: its completion length counts policy tokens only
     policy = [sum(t.response_loss_mask[:96]) for t in rf.last_trajectories]
     assert math.isclose(log["completions/mean_length"], sum(policy) / 4, abs_tol=1e-6)
-    # a group whose rewards differ gives a gradient and the LoRA weights move; all-equal groups give none
-    changed = sum(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if p.requires_grad)
-    if log["frac_reward_zero_std"] < 1:
-        assert log["grad_norm"] > 0 and changed > 0
-    else:
-        assert log["grad_norm"] == 0
+    # r_distinct differs between two different samples, so each group has a gradient: the LoRA weights move
+    assert log["frac_reward_zero_std"] == 0 and log["grad_norm"] > 0
+    moved = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(before[n], p)]
+    # (LoRA's B starts at zero, so A's gradient is zero on the first step: every B moves, no A yet)
+    lora_b = {n for n in before if "lora_B" in n}
+    assert len(lora_b) == 2 * 30 and set(moved) == lora_b, f"unchanged: {sorted(lora_b - set(moved))[:4]}"
 
 
 def _recipe():

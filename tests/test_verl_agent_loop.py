@@ -1,10 +1,11 @@
 """The verl agent loop (``workbench/integrations/verl/agent_loop.py``) driven by verl's own classes in ``.venv-verl``.
 
 ``tests/verl_agent_loop_parity.py`` runs there: verl's ``RLHFDataset`` reads the exported parquet, an
-``AgentLoopWorker`` instantiates our loop from the exported agent-loop config and pads its outputs, and a
-server-manager stand-in generates with our HF backend on the default model. Here the result is compared
-with ``workbench.rollout.engine.rollout`` on the same questions: same prompt ids, response ids, response
-mask and logprobs, greedy and with a fixed sampling seed.
+``AgentLoopWorker`` built by its own constructor instantiates our loop from the exported agent-loop config and
+pads its outputs, and a server-manager stand-in generates with our HF backend on the default model. Here the
+result is compared with verl's own prompt encoding and log-probs (its dataset, tokenizer and
+``logprobs_from_logits`` over the batch it padded), and with ``workbench.rollout.engine.rollout`` on the same
+questions: same prompt ids, response ids, response mask and logprobs, greedy and with a fixed sampling seed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ def test_verl_loop_ids_and_mask_equal_the_engines(parity, case):
         assert v["extras"]["f1"] == (None if e["f1"] is None or e["f1"] != e["f1"] else e["f1"])
         # sampled logprobs travel as verl's rollout_log_probs (0 on observation tokens, as the engine's)
         assert all(math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5) for a, b in zip(v["logprobs"], e["logprobs"]))
+
+
+@pytest.mark.parametrize("case", ["greedy", "sampled"])
+def test_against_verls_own_prompt_and_logprobs(parity, case):
+    """Not our engine against itself: the prompt ids are what verl's dataset and tokenizer make of the exported
+    chat, and the rollout log-probs are what verl's ``logprobs_from_logits`` gives over a forward pass of the
+    padded batch verl built (its actor's old log-probs) on every policy token."""
+    c = parity["cases"][case]
+    assert [v["prompt_ids"] for v in c["verl"]] == c["verl_prompt_ids"]
+    assert len(c["verl_logprob_gaps"]) == len(c["verl"]) and max(c["verl_logprob_gaps"]) < 2e-3, c["verl_logprob_gaps"]
 
 
 def test_the_compared_rollout_is_multi_turn_with_masked_observations(parity):

@@ -3,14 +3,19 @@
 ``python tests/verl_agent_loop_parity.py OUT.json [MAX_NEW_TOKENS]``
 
 The exported parquet is read by verl's ``RLHFDataset`` and collated into a ``DataProto`` by verl's
-``collate_fn``; an ``AgentLoopWorker`` (built without Ray: only the attributes its ``generate_sequences``
-reads) loads our agent-loop config file into verl's registry, instantiates ``WorkbenchAgentLoop``
+``collate_fn``; an ``AgentLoopWorker``, built by its own constructor (no Ray: the worker class itself, with
+the default model's converted directory as ``actor_rollout_ref.model.path``, so verl loads its tokenizer and
+config), loads our agent-loop config file into verl's registry, instantiates ``WorkbenchAgentLoop``
 through Hydra, runs it and pads the outputs with its own ``_agent_loop_postprocess`` / ``_postprocess``.
-Generation goes through :class:`BackendServerManager` over our HF backend on the default model. The
-same examples then go through ``workbench.rollout.engine.rollout``; both are written to ``OUT.json`` for
-the test to compare: greedy on the world's first two training questions (the second searches twice with the
-default model), and sampled with a fixed seed on the first. Top-level imports are stdlib only: pytest's
-``--doctest-modules`` imports this file in the main environment too.
+Generation goes through :class:`BackendServerManager` over our HF backend on the default model.
+
+Two references that are not our engine: verl's own prompt ids (its dataset and tokenizer), and verl's own
+``logprobs_from_logits`` over a plain forward pass of the padded batch verl built (what its actor computes
+as the old log-probs), against the rollout log-probs the loop returned. The same examples also go through
+``workbench.rollout.engine.rollout``; everything is written to ``OUT.json`` for the test to compare: greedy
+on the world's first two training questions (the second searches twice with the default model), and sampled
+with a fixed seed on the first. Top-level imports are stdlib only: pytest's ``--doctest-modules`` imports
+this file in the main environment too.
 """
 
 from __future__ import annotations
@@ -43,6 +48,24 @@ def verl_rows(out: dict, n: int, examples: list) -> list[dict]:
     return rows
 
 
+def verl_logprob_gaps(out, model, temperature: float) -> list[float]:
+    """Per row, the largest gap on policy tokens between the loop's ``rollout_log_probs`` and verl's own
+    ``logprobs_from_logits`` over one forward pass of the padded ``input_ids`` / ``attention_mask`` /
+    ``position_ids`` verl built (the actor's old-log-prob computation, without FSDP)."""
+    import torch
+    from verl.utils.torch_functional import logprobs_from_logits
+
+    b = out.batch
+    n_prompt = b["prompts"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits
+    logits = logits[:, n_prompt - 1 : -1] / (temperature or 1.0)  # the positions that predict each response token
+    verl_lps = logprobs_from_logits(logits, b["responses"])
+    mask = b["response_mask"].bool()
+    return [float((verl_lps[i][mask[i]] - b["rollout_log_probs"][i][mask[i]]).abs().max()) for i in range(len(mask))]
+
+
 def run(out_path: str, max_new_tokens: int = 96) -> None:
     import asyncio
     import os
@@ -54,16 +77,14 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, _agent_loop_registry
     from verl.protocol import DataProto
-    from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-    from verl.utils.rollout_trace import RolloutTraceConfig
 
     from workbench.data.world import load_world
     from workbench.integrations.verl.agent_loop import BackendServerManager
     from workbench.integrations.verl.config import compose_config
     from workbench.integrations.verl.export import export_verl
     from workbench.methods import get_method
-    from workbench.models import load_policy
+    from workbench.models import load_policy, resolve_model_path
     from workbench.rewards.features import compute_features
     from workbench.rollout.backends.hf import HFBackend
     from workbench.rollout.engine import RolloutConfig, rollout
@@ -85,27 +106,26 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
         cfg = compose_config([
             f"data.train_files={paths['train']}", f"data.val_files={paths['val']}", "data.return_raw_chat=True",
             "data.max_prompt_length=2048", f"data.max_response_length={response_length}",
-            f"actor_rollout_ref.model.path={tmp}", "actor_rollout_ref.rollout.name=vllm",
+            f"actor_rollout_ref.model.path={resolve_model_path()}", "actor_rollout_ref.rollout.name=vllm",
             f"actor_rollout_ref.rollout.temperature={temperature}",
             "actor_rollout_ref.rollout.calculate_log_probs=True",
             f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp / 'agent_loop.yaml'}",
             "actor_rollout_ref.rollout.agent.default_agent_loop=workbench",
         ])
-        # an AgentLoopWorker without Ray or a model config: what generate_sequences reads (see its __init__)
-        w = AgentLoopWorker.__new__(AgentLoopWorker)
-        w.config, w.llm_client, w.teacher_client, w.reward_loop_worker_handles = cfg, BackendServerManager(backend), None, None
-        w.rollout_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-        w.dataset_cls, w.tokenizer, w.processor, w.hf_model_type = RLHFDataset, tok, None, "llama"
-        w.mm_processor_kwargs, w.distillation_enabled, w.tools = {}, False, []
-        for e in OmegaConf.load(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path):
-            _agent_loop_registry[e.name] = e
-        RolloutTraceConfig.init("workbench", "parity", None, False, None)
+        # verl's worker through its own constructor (it registers our loop from the config file, loads the
+        # model directory's tokenizer and config, and initialises rollout tracing)
+        w = AgentLoopWorker(cfg, BackendServerManager(backend))
+        assert w.dataset_cls is RLHFDataset and w.hf_model_type == "llama"
 
-        dataset = RLHFDataset([str(paths["train"])], tok, cfg.data)
+        dataset = w.dataset_cls([str(paths["train"])], w.tokenizer, cfg.data)
         batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(n)]))
         out = asyncio.run(w.generate_sequences(batch))
         examples = world.split("train")[:n]
         rows = verl_rows(out, n, examples)
+        # verl's own prompt: its dataset's chat messages through its tokenizer's chat template
+        verl_prompts = [w.tokenizer.apply_chat_template(list(dataset[i]["raw_prompt"]), add_generation_prompt=True,
+                                                        tokenize=True, return_dict=False) for i in range(n)]
+        gaps = verl_logprob_gaps(out, model, temperature)
 
         rcfg = RolloutConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature,
                              seed=seed, max_total_tokens=10**6)
@@ -118,7 +138,8 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
                            "n_policy_turns": len(traj.policy_turns), "finish_reason": traj.finish_reason,
                            "answer": traj.answer, "flags": traj.flags,
                            "f1": compute_features([traj], [ex], encoder=False, cache=False).iloc[0]["f1"]})
-        result["cases"][case] = {"verl": rows, "engine": engine,
+        result["cases"][case] = {"verl": rows, "engine": engine, "verl_prompt_ids": verl_prompts,
+                                 "verl_logprob_gaps": gaps,
                                  "registry": dict(_agent_loop_registry["workbench"]),
                                  "sampling_params": w.llm_client.calls[0][1] if w.llm_client.calls else None}
     result["dataset_columns"] = sorted(dataset.dataframe.column_names) if hasattr(dataset.dataframe, "column_names") else []
