@@ -30,3 +30,20 @@ def test_methods_the_readme_lists_exist():
     row = next(line for line in README.splitlines() if line.startswith("| `workbench methods"))
     listed = set(re.findall(r"`([a-z_0-9]+)`", row.split("|")[2]))
     assert listed == set(method_names())
+
+
+def test_results_sections_the_readme_names_exist():
+    """Every ``§ "Heading"`` the README cites is a heading of bench/RESULTS.md, and every ``§ Summary, "row"``
+    a row of its summary table, so a figure's source can be found."""
+    results = (Path(__file__).resolve().parents[1] / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    headings = [line.lstrip("#").strip() for line in results.splitlines() if line.startswith("#")]
+    summary = results.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in summary.splitlines() if line.startswith("| ")]
+    flat = " ".join(README.split())  # a citation may wrap across lines
+    cited = re.findall(r'§ "([^"]+)"', flat)
+    cited_rows = re.findall(r'§ Summary, "([^"]+)"', flat)
+    assert cited and cited_rows, "the README cites no RESULTS section: update this test with it"
+    for name in cited:
+        assert any(h.startswith(name) for h in headings), f"README cites § {name!r}, which bench/RESULTS.md lacks"
+    for name in cited_rows:
+        assert any(r.startswith(name) for r in rows), f"README cites the summary row {name!r}, which is not there"

@@ -527,7 +527,7 @@ from workbench.integrations import cli_commands as _ic  # noqa: E402  (argparse 
 
 #: name -> (add_arguments, run, help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
-    "demo": (_demo_args, demo, "evaluate the default model on the synthetic world (direct, search agent untrained and with the shipped SFT adapter, search + KG agent), then every view"),
+    "demo": (_demo_args, demo, "evaluate the default model on the synthetic world (direct, search agent untrained and with the shipped SFT + GRPO adapter, search + KG agent), then every view"),
     "eval": (_eval_args, eval_command, "evaluate methods (protocols, baselines) on the world or a benchmark file; writes a run"),
     "train": (_train_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
     "expert": (_expert_args, expert_command, "expert trajectories of the world's questions for a method's protocol; writes a run"),
