@@ -189,6 +189,7 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
                       "f1": float(f1[mask].mean()), "format_ok": float(fmt[mask].mean()),
                       "searches": float(table.column("n_searches").to_numpy()[mask].mean())}
     run.write_metrics({"methods": summary, "n_trajectories": per_run})
+    run.mark_complete()  # as write_eval_run does, last
     return run.path
 
 

@@ -132,6 +132,7 @@ def test_expert_run_is_an_ordinary_run(world, tokenizer, questions, tmp_path):
     m = run.metrics()
     assert m["methods"]["search_r1"]["cem"] == 1.0 and m["expert"]["yield"]["all"]["yield"] == 1.0
     assert run.exists("features.parquet") and len(run.examples()) == 3
+    assert run.complete and run.status.note == ""  # marked after its last metrics.json (issue 32)
 
 
 def test_cli_expert(tmp_path, capsys):

@@ -219,7 +219,9 @@ def test_resume_gives_the_same_next_step(tmp_path):
     rows_a = [r for r in a.run.step_metrics() if "reward_mean" in r]
 
     b = LengthReward(TrainConfig(**{**base, "steps": 1}), run=tmp_path / "b", progress=False)
+    assert not b.run.complete  # a training run in progress is incomplete
     b.train()
+    assert b.run.complete
     b_dir = b.run.path
     del b
     # a killed run may have logged past its checkpoint: the resumed run drops that and redoes it
@@ -227,7 +229,9 @@ def test_resume_gives_the_same_next_step(tmp_path):
         f.write(json.dumps({"step": 2, "reward_mean": 123.0}) + "\n")
     r = LengthReward.resume(b_dir, progress=False, steps=2)
     assert r.step == 1
+    assert not r.run.complete  # resumed: incomplete until train() has finished (issue 32)
     r.train()
+    assert r.run.complete and r.run.status.note == ""
     rows_b = [x for x in r.run.step_metrics() if "reward_mean" in x]
     assert [x["step"] for x in rows_b] == [1, 2]
     for k in ("reward_mean", "loss", "grad_norm", "ratio_mean", "response_len", "clip_frac"):

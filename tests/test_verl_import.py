@@ -124,6 +124,11 @@ def test_step_metrics_join_verls_log_with_the_dumps(imported):
     assert rows[2]["eval_em"] == pytest.approx(sum(val) / len(val)) and "eval_em" not in rows[1]
 
 
+def test_imported_run_is_complete(imported):
+    run, _, _ = imported
+    assert run.complete and run.status.note == ""  # its completion marker is written last (issue 32)
+
+
 def test_imported_run_opens_in_the_dashboard_and_the_inspector(imported):
     from widgets.inspector_data import load_inspector_data
     from workbench.dashboard.queries import method_metrics, runs_table, training_curves
@@ -158,10 +163,15 @@ def test_cli_imports_and_bad_input_is_one_line_exit_2(verl_dir, tmp_path, capsys
     assert main(["import", "verl", str(out / "rollouts"), "--method", METHOD, "--out", str(tmp_path),
                  "--no-features"]) == 0
     assert "9 trajectories over 2 step(s)" in capsys.readouterr().out  # validation/ found beside rollouts/
-    for args in ([str(tmp_path / "nope")], [str(tmp_path)], [str(out), "--metrics", str(tmp_path / "x.log")]):
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "3.jsonl").write_bytes(bytes(range(256)) * 64)  # a dump that is not JSON lines
+    for args in ([str(tmp_path / "nope")], [str(tmp_path)], [str(out), "--metrics", str(tmp_path / "x.log")],
+                 [str(binary)]):
         assert main(["import", "verl", *args, "--method", METHOD, "--out", str(tmp_path / "r")]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("workbench import: error:") and "\n" not in err
+    assert "no readable samples" in err and not (tmp_path / "r").exists()  # no 0-trajectory run
 
 
 @requires_verl_env

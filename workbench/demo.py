@@ -189,6 +189,7 @@ def run_demo(
     if nb_status:
         metrics["notebooks"] = nb_status
     run.write_metrics(metrics)
+    run.mark_complete(notebooks=bool(nb_status))  # complete since its eval; marked again so the marker is last
 
     phases = ", ".join(f"{k[:-2]} {v:.1f}s" for k, v in timings.items() if k.endswith("_s") and k != "total_s")
     _say(f"run written to {run.path}  (config.json, trajectories.parquet, metrics.json, examples.jsonl, features.parquet)")

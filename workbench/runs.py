@@ -2,7 +2,14 @@
 ``metrics.json`` (and ``examples.jsonl``, ``metrics.jsonl``, ``figures/`` where used).
 
 Every file is written atomically (temp file + rename), so a crash never leaves a half
-file that the notebooks or the dashboard would read.
+file that the notebooks or the dashboard would read. A run is complete only when its writer
+finished: ``status.json`` says ``{"state": "running", ...}`` from :meth:`Run.create` on and is
+replaced (atomically, last) by ``{"state": "complete", "kind", "finished"}`` by
+:meth:`Run.mark_complete` (as Inspect marks a log complete only when it is closed). A run killed
+half-way keeps ``running``; :attr:`Run.status` says so, and :func:`list_runs` puts complete runs
+first, so ``list_runs()[0]`` is the newest complete run. Runs written before the marker existed
+have no ``status.json``: they count as complete when they hold their kind's files
+(``LEGACY_FILES``), and the note says the marker is missing.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import json
 import os
 import re
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +28,30 @@ from workbench.io import atomic_write_json, atomic_write_text, remove_stale_temp
 from workbench.paths import runs_dir
 from workbench.trajectory import Trajectory, load_trajectories, save_trajectories
 
-CONFIG, TRAJECTORIES, METRICS, EXAMPLES, STEP_METRICS = (
+CONFIG, TRAJECTORIES, METRICS, EXAMPLES, STEP_METRICS, STATUS = (
     "config.json",
     "trajectories.parquet",
     "metrics.json",
     "examples.jsonl",
     "metrics.jsonl",
+    "status.json",
 )
+RUNNING, COMPLETE = "running", "complete"
+#: Files a run from before ``status.json`` must hold to count as complete, by kind (other kinds: none).
+LEGACY_FILES = {"eval": (TRAJECTORIES, METRICS), "expert": (TRAJECTORIES, METRICS), "train": (METRICS,),
+                "sft": (METRICS,)}
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Whether a run's writer finished, and a note saying why not (or that the marker is missing)."""
+
+    complete: bool
+    note: str = ""
+    """"" for a run with a completion marker; else one line for the dashboard and error messages."""
+
+    def __str__(self) -> str:
+        return ("complete" if self.complete else "incomplete") + (f" ({self.note})" if self.note else "")
 
 
 def new_run_id(kind: str = "run", name: str | None = None) -> str:
@@ -69,8 +94,27 @@ class Run:
             else:  # pragma: no cover - 100 collisions of 32 random bits
                 raise FileExistsError(f"could not create a new run directory under {root}")
         run = cls(path)
+        run.mark_running()
         run.write_config({"kind": kind, "created": _dt.datetime.now().isoformat(timespec="seconds"), **(config or {})})
         return run
+
+    # ------------------------------------------------------------------ completion
+    def mark_running(self) -> Path:
+        """Say the run is being written (by :meth:`create`, and by a trainer that resumes it)."""
+        return atomic_write_json(self.path / STATUS, {"state": RUNNING, "started": _now(), "pid": os.getpid()})
+
+    def mark_complete(self, **info: Any) -> Path:
+        """Say the run is complete: call it last, after every other file of the run is written."""
+        kind = _read_json(self.path / CONFIG).get("kind") if (self.path / CONFIG).exists() else None
+        return atomic_write_json(self.path / STATUS, {"state": COMPLETE, "kind": kind, "finished": _now(), **info})
+
+    @property
+    def status(self) -> RunStatus:
+        return run_status(self.path)
+
+    @property
+    def complete(self) -> bool:
+        return self.status.complete
 
     # ------------------------------------------------------------------ files
     def file(self, name: str) -> Path:
@@ -137,6 +181,37 @@ class Run:
         return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def _now() -> str:
+    return _dt.datetime.now().isoformat(timespec="seconds")
+
+
+def run_status(path: str | os.PathLike) -> RunStatus:
+    """The :class:`RunStatus` of the run directory ``path`` (never raises for a bad ``status.json``)."""
+    p = Path(path)
+    try:
+        status = json.loads((p / STATUS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        status = None
+    except (OSError, ValueError) as e:
+        return RunStatus(False, f"{STATUS} unreadable ({type(e).__name__})")
+    if status is None:  # a run from before the marker: judged by its files
+        try:
+            kind = json.loads((p / CONFIG).read_text(encoding="utf-8")).get("kind")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        missing = [f for f in LEGACY_FILES.get(str(kind), ()) if not (p / f).exists()]
+        if missing:
+            return RunStatus(False, f"no completion marker and no {', '.join(missing)}")
+        return RunStatus(True, f"no completion marker ({STATUS}): written before markers; it has its files")
+    if not isinstance(status, dict):
+        return RunStatus(False, f"{STATUS} is not a JSON object")
+    if status.get("state") == COMPLETE:
+        return RunStatus(True)
+    started = status.get("started")
+    return RunStatus(False, f"started {started} and never marked complete: still running, or killed"
+                     if started else f"{STATUS} says {str(status.get('state'))[:40]!r}")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (is {path.parent} a run directory?)")
@@ -157,9 +232,23 @@ def open_run(path_or_id: str | os.PathLike | Run, root: str | os.PathLike | None
 
 
 def list_runs(root: str | os.PathLike | None = None) -> list[Run]:
-    """Run directories under ``root`` (those with a config.json), newest first."""
+    """Run directories under ``root`` (those with a config.json): complete runs newest first, then incomplete
+    ones (killed, or still being written; :attr:`Run.status` says which) newest first. So ``list_runs()[0]``,
+    what notebooks open when no run is named, is the newest complete run whenever there is one."""
     root = Path(root if root is not None else runs_dir())
     if not root.exists():
         return []
-    runs = [Run(p) for p in root.iterdir() if (p / CONFIG).exists()]
-    return sorted(runs, key=lambda r: r.path.name, reverse=True)
+    runs = sorted((Run(p) for p in root.iterdir() if (p / CONFIG).exists()), key=lambda r: r.path.name, reverse=True)
+    done = {r.path: r.complete for r in runs}
+    return [r for r in runs if done[r.path]] + [r for r in runs if not done[r.path]]
+
+
+def newest_run(root: str | os.PathLike | None = None) -> Run:
+    """The newest complete run under ``root`` (default ``runs/``); FileNotFoundError naming the incomplete ones."""
+    runs = list_runs(root)
+    if runs and runs[0].complete:
+        return runs[0]
+    where = Path(root if root is not None else runs_dir())
+    extra = f" ({len(runs)} incomplete: {', '.join(r.id for r in runs[:3])}{'...' if len(runs) > 3 else ''})" if runs else ""
+    raise FileNotFoundError(f"no complete run under {where}{extra}: make one with `workbench demo` or `workbench eval`, "
+                            "or name a run directory")

@@ -236,11 +236,11 @@ def evaluate(
 
 def write_eval_run(
     run: Run, results: list[EvalResult], examples: list[Example], features: bool = True,
-    timings: dict[str, float] | None = None,
+    timings: dict[str, float] | None = None, complete: bool = True,
 ) -> Run:
     """Write trajectories (all methods in one table, with their metric columns), examples, metrics
     and, with ``features``, the reward features table (``features.parquet``, no embeddings) that the
-    reward playground and the dashboard read."""
+    reward playground and the dashboard read; then, with ``complete``, the run's completion marker."""
     trajs = [t for r in results for t in r.trajectories]
     rows = [row for r in results for row in r.rows]
     extra = {k: [row[k] for row in rows] for k in ("em", "cem", "cem_strict", "f1")}
@@ -276,6 +276,8 @@ def write_eval_run(
                       FEATURES_FILE)
         metrics.setdefault("timings", {})["features_s"] = time.perf_counter() - t0
         run.write_metrics(metrics)
+    if complete:
+        run.mark_complete()
     return run
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.runs import run_status
+
 FEATURES_FILE = "features.parquet"
 
 
@@ -34,5 +36,9 @@ def load_features(run: Any, name: str = FEATURES_FILE) -> pd.DataFrame:
 
     path = Path(getattr(run, "path", run)) / name
     if not path.exists():
+        status = run_status(path.parent)
+        if not status.complete:
+            raise FileNotFoundError(f"no features table at {path}: the run is incomplete ({status.note}); open a "
+                                    "complete run (workbench.runs.newest_run), or finish this one")
         raise FileNotFoundError(f"no features table at {path}; compute it with workbench.rewards.featurize_run(run)")
     return frame_from_arrow(pq.read_table(path))

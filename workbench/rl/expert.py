@@ -481,9 +481,10 @@ def write_expert_run(result: ExpertResult, method: str, protocol: Protocol, out:
     run = Run.create(out, kind="expert", name=name or f"expert-{method}-{split}",
                      config={"method": method, "split": split, "model": "expert", "source": "expert",
                              "protocol_config": protocol.config(), **(config or {})})
-    write_eval_run(run, [er], result.examples, features=True)
+    write_eval_run(run, [er], result.examples, features=True, complete=False)
     metrics = run.metrics()
     metrics["expert"] = {"yield": result.yield_by_hops(), "n_valid": len(result.trajectories),
                          "n_dropped": len(result.dropped), "dropped": result.dropped}
     run.write_metrics(metrics)
+    run.mark_complete()
     return run

@@ -166,6 +166,7 @@ class Trainer:
                 self.run = open_run(run)
             else:
                 self.run = Run.create(run, kind="train", name=f"{config.preset}-{config.reward}", config=cfg)
+            self.run.mark_running()  # incomplete until train() has finished (a resumed run too)
             self.run.write_examples(train + self.eval_examples)
         else:
             self.run = None
@@ -482,6 +483,7 @@ class Trainer:
         self.save_checkpoint()
         if self.rank == 0:
             self.finalize()
+            self.run.mark_complete(steps=self.step)  # last: the run is complete only now
         return self.run
 
     def progress_label(self) -> str:

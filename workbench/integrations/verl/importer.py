@@ -165,9 +165,11 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
     passages = _corpus(corpus) if corpus else None
     known = _export_examples(root)
     trajs, examples, notes, steps = [], {}, [], {}
+    n_files, n_bad = 0, 0
     for source, folder in (("rollout", rollouts), (VALIDATION, val)):
         for step, path in dump_files(folder) if folder is not None else []:
             rows, bad = read_dump(path)
+            n_files, n_bad = n_files + 1, n_bad + bad
             if bad:
                 notes.append(f"{path}: {bad} unreadable line(s) skipped")
             seen: dict[str, int] = {}
@@ -184,6 +186,10 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
                                            ("input", "output", "gts", "score", "step", "request_id")})
                 trajs.append(t)
                 steps.setdefault((source, step), []).append(t)
+    if not trajs:
+        raise ValueError(f"no readable samples in the {n_files} verl dump file(s) under {d} ({n_bad} unreadable "
+                         "line(s)): each line must be a JSON object with an \"output\" string, as verl's "
+                         "trainer.rollout_data_dir holds; pass that directory")
     exs = list(examples.values())
     rows = score(trajs, exs)
     run = Run.create(out, kind="train", name=name or f"verl-{m.name}", config={
@@ -212,6 +218,7 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
         feats = compute_features(trajs, exs, encoder=False, cache=False, passages=passages)
         feats["step"] = [t.meta["step"] for t in trajs]
         save_features(run, add_rewards(feats, [m.rubric()] * len(trajs)), FEATURES_FILE)
+    run.mark_complete(source="verl")
     return run
 
 
