@@ -6,14 +6,20 @@ drill-down (``failures.py``); column headers show what each column means (``tool
 ``build_app(runs_dir)`` returns the page (tests serve it); ``serve_dashboard`` serves it on
 127.0.0.1 (another address only with ``allow_remote=True``); ``save_static`` writes one
 self-contained HTML file that opens offline. All data comes from ``queries.py``; a section
-whose query fails shows the error text instead of taking the page down.
+whose query fails shows the error text instead of taking the page down, and a run whose files do
+not read is left out of a section with a note naming it (never the section blanked for all runs).
+``save_static`` still writes the page when a section could not be built, then raises
+:class:`StaticExportError` naming it (``workbench dashboard --static`` exits non-zero).
+
+Everything the page shows from files or names (run folders, methods, questions, answers, config
+values, error texts) is escaped: HTML panes get ``html.escape``d text, table cells go through
+Tabulator's escaping formatters, plotly labels are escaped before plotly sees them.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import html
-import ipaddress
 import logging
 import os
 from collections.abc import Callable
@@ -24,7 +30,15 @@ import pandas as pd
 
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
+from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
+    compare_figure,
+    curves_figure,
+    hops_figure,
+    protocol_figure,
+    with_metric_menu,
+)
 from workbench.dashboard.tooltips import column_tooltips
+from workbench.http_stack import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +52,10 @@ STATIC_RUNS = 20
 STATIC_ROWS = 1000
 #: Rows per page of the served drill-down's trajectory table (each page is read when shown).
 PAGE_ROWS = 50
-LOOPBACK_NAMES = ("localhost",)
+
+
+class StaticExportError(ValueError):
+    """The static page was written, but sections of it could not be built (each shows its error)."""
 
 
 def _pn():
@@ -48,115 +65,38 @@ def _pn():
     return pn
 
 
-# --------------------------------------------------------------------------- figures
-# Each figure holds the traces of every metric and a plotly dropdown to pick one: the
-# selector runs in the browser, so it works the same served and in the static file.
-
-
-def with_metric_menu(fig, traces_by_metric: dict[str, list[int]], titles: dict[str, str]):
-    """Show the first metric's traces; a dropdown (top left) switches the visible traces and the title."""
-    n = len(fig.data)
-    metrics = list(traces_by_metric)
-    if not metrics:
-        return fig
-
-    def visible(m: str) -> list[bool]:
-        on = set(traces_by_metric[m])
-        return [i in on for i in range(n)]
-
-    for i, v in enumerate(visible(metrics[0])):
-        fig.data[i].visible = v
-    buttons = [dict(label=f"metric: {m}", method="update", args=[{"visible": visible(m)}, {"title.text": titles[m]}]) for m in metrics]
-    fig.update_layout(
-        title_text=titles[metrics[0]], title_x=0.3,
-        updatemenus=[dict(buttons=buttons, direction="down", x=0, xanchor="left", y=1.18, yanchor="top",
-                          showactive=True, active=0)],
-        margin=dict(l=40, r=20, t=80, b=40),
-    )
-    return fig
-
-
-def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
-    """Grouped bars, one group per run (or dataset), one bar per method; a dropdown picks the metric."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    traces: dict[str, list[int]] = {}
-    colours = _colours(sorted(df["method"].astype(str).unique()))
-    for m in metrics:
-        data = df if by == "run_id" else df.groupby([by, "method"], as_index=False)[m].mean()
-        for method, g in data.groupby("method", sort=True):
-            traces.setdefault(m, []).append(len(fig.data))
-            fig.add_bar(name=str(method), x=g[by].astype(str), y=g[m], marker_color=colours[str(method)],
-                        legendgroup=str(method))
-    what = "run" if by == "run_id" else f"{by} (mean over runs)"
-    fig.update_layout(barmode="group", height=380, legend_title_text="method", xaxis_type="category")
-    return with_metric_menu(fig, traces, {m: f"{m} by {what} and method" for m in metrics})
-
-
-def curves_figure(curves: pd.DataFrame, metrics: list[str]):
-    """One line per run against step; a dropdown picks the metric."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    traces: dict[str, list[int]] = {}
-    colours = _colours(sorted(curves["run_id"].unique()))
-    for m in metrics:
-        for run_id, g in curves[curves["metric"] == m].groupby("run_id", sort=True):
-            g = g.sort_values("step")
-            traces.setdefault(m, []).append(len(fig.data))
-            fig.add_scatter(x=g["step"], y=g["value"], mode="lines+markers", name=str(run_id),
-                            line_color=colours[run_id])
-    fig.update_layout(xaxis_title="step", height=400, legend_title_text="run")
-    return with_metric_menu(fig, traces, {m: f"{m} per training step" for m in metrics})
-
-
-def hops_figure(hops: pd.DataFrame, metrics: list[str]):
-    """Metric against hop count, one line per run and method; a dropdown picks the metric."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    traces: dict[str, list[int]] = {}
-    for m in metrics:
-        for (run_id, method), g in hops.groupby(["run_id", "method"], sort=True):
-            traces.setdefault(m, []).append(len(fig.data))
-            fig.add_scatter(x=g["hops"], y=g[m], mode="lines+markers", name=f"{run_id} · {method}",
-                            text=[f"n={n}" for n in g["n"]])
-    fig.update_layout(xaxis_title="hops", height=380, xaxis_dtick=1)
-    return with_metric_menu(fig, traces, {m: f"{m} by hop count" for m in metrics})
-
-
-def protocol_figure(protocols: pd.DataFrame):
-    """Grouped bars per protocol: EM, F1, format OK, answered, ended by an answer."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for col in ("em", "f1", "format_ok", "answered", "finished_by_answer"):
-        fig.add_bar(name=col, x=protocols["protocol"], y=protocols[col])
-    fig.update_layout(barmode="group", title="Per protocol (all runs)", height=340, yaxis_range=[0, 1.05],
-                      margin=dict(l=40, r=20, t=50, b=40))
-    return fig
-
-
-def _colours(keys: list[str]) -> dict[str, str]:
-    import plotly.colors
-
-    palette = plotly.colors.qualitative.Plotly
-    return {k: palette[i % len(palette)] for i, k in enumerate(keys)}
-
-
 # --------------------------------------------------------------------------- sections
 
 
-def _safe(title: str, build: Callable[[], Any]):
-    """``build()``, or an error box naming the section when it raises."""
-    pn = _pn()
+def _box(text_html: str, kind: str = "danger"):
+    """A coloured box of HTML (every piece of it from a file or a name already escaped)."""
+    colour = {"danger": "#b00020", "warning": "#8a5a00", "info": "#1b4f72"}[kind]
+    return _pn().pane.HTML(f"<div style='border:1px solid {colour};color:{colour};padding:6px 10px;margin:4px 0;"
+                           f"border-radius:4px'>{text_html}</div>", sizing_mode="stretch_width")
+
+
+def _safe(title: str, build: Callable[[], Any], problems: list[str] | None = None):
+    """``build()``, or an error box naming the section when it raises (and a line in ``problems``)."""
     try:
         return build()
     except Exception as e:  # noqa: BLE001 - one broken section must not take the page down
         log.exception("dashboard section %r failed", title)
-        return pn.pane.Alert(f"**{title}** could not be built: `{type(e).__name__}: {html.escape(str(e))}`",
-                             alert_type="danger")
+        if problems is not None:
+            problems.append(f"{title}: {type(e).__name__}: {e}")
+        return _box(f"<b>{html.escape(title)}</b> could not be built: <code>{html.escape(f'{type(e).__name__}: {e}')}"
+                    "</code>")
+
+
+def _left_out(*frames: pd.DataFrame) -> list[Any]:
+    """A note naming the runs a section's queries left out (``attrs["errors"]``: their files do not read)."""
+    errors: dict[str, str] = {}
+    for df in frames:
+        errors.update(df.attrs.get("errors") or {})
+    if not errors:
+        return []
+    items = "".join(f"<li><code>{html.escape(r)}</code>: {html.escape(e)}</li>" for r, e in sorted(errors.items()))
+    return [_box(f"Left out {len(errors)} run(s) whose trajectory files do not read:<ul style='margin:2px 0'>{items}"
+                 "</ul>", "warning")]
 
 
 def _rounded(df: pd.DataFrame) -> pd.DataFrame:
@@ -194,14 +134,24 @@ def _red_if(v: Any) -> str:
     return "color:#b00020;font-weight:bold" if isinstance(v, str) and v or not isinstance(v, str) and pd.notna(v) and v else ""
 
 
+def _amber_if_incomplete(v: Any) -> str:
+    return "color:#8a5a00;font-weight:bold" if isinstance(v, str) and v.startswith("incomplete") else ""
+
+
 def _runs_section(runs: pd.DataFrame):
     pn = _pn()
     size = {"height": 480} if len(runs) > 10 else {}  # small tables grow to fit their (wrapped) rows
     n_err = int((runs["error"] != "").sum())
-    table = _table(runs, selectable=1, widths={"run_id": 210, "created": 100, "error": 280 if n_err else 60},
+    n_incomplete = int(runs["status"].str.startswith("incomplete").sum())
+    table = _table(runs, selectable=1, widths={"run_id": 210, "created": 100, "error": 280 if n_err else 60,
+                                                "status": 200},
                    formatters={"error": {"type": "textarea"}}, **size)
     table.style.map(_red_if, subset=["error", *(["failed"] if "failed" in runs else [])])
+    table.style.map(_amber_if_incomplete, subset=["status"])
     note = f" · **{n_err} with errors** (see the `error` column)" if n_err else ""
+    if n_incomplete:
+        note += (f" · **{n_incomplete} incomplete** (killed or still running: no completion marker; see the `status` "
+                 "column; never picked as the newest run)")
     n_failed = int((runs["failed"].fillna(0) > 0).sum()) if "failed" in runs else 0
     if n_failed:
         note += f" · **{n_failed} with failed trajectories** (the `failed` column; the Trajectories tab names them)"
@@ -216,10 +166,12 @@ def _compare_section(runs_dir: Path):
     pn = _pn()
     df = q.method_metrics(runs_dir)
     if df.empty:
-        return pn.pane.Alert("No trajectories to compare yet.", alert_type="info")
+        return pn.Column(*_left_out(df), pn.pane.Alert("No trajectories to compare yet.", alert_type="info"),
+                         sizing_mode="stretch_width")
     metrics = [m for m in COMPARE_METRICS if df[m].notna().any()]
-    return pn.Column(_plot(compare_figure(df, metrics)), _plot(compare_figure(df, metrics, by="dataset")),
-                     _table(df, means=True), sizing_mode="stretch_width")
+    return pn.Column(*_left_out(df), _plot(compare_figure(df, metrics)),
+                     _plot(compare_figure(df, metrics, by="dataset")), _table(df, means=True),
+                     sizing_mode="stretch_width")
 
 
 def _training_section(runs_dir: Path):
@@ -227,14 +179,15 @@ def _training_section(runs_dir: Path):
     curves = q.training_curves(runs_dir)
     names = q.curve_metrics(curves)
     if not names:
-        return pn.pane.Alert(f"No training runs (no `metrics.jsonl`) under `{runs_dir}`.", alert_type="info")
+        return _box(f"No training runs (no <code>metrics.jsonl</code>) under <code>{html.escape(str(runs_dir))}</code>.",
+                    "info")
     return pn.Column(_plot(curves_figure(curves, names)), sizing_mode="stretch_width")
 
 
 def _breakdown_section(runs_dir: Path):
     pn = _pn()
     hops, protocols = q.hop_breakdown(runs_dir), q.protocol_breakdown(runs_dir)
-    parts: list[Any] = [pn.pane.Markdown("### Per hop count")]
+    parts: list[Any] = [*_left_out(hops, protocols), pn.pane.Markdown("### Per hop count")]
     if hops.empty:
         parts.append(pn.pane.Alert("No trajectories with a hop count.", alert_type="info"))
     else:
@@ -301,7 +254,7 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
     transcript = pn.pane.HTML(hint, sizing_mode="stretch_width")
 
     def trajectories(run_id: str):
-        n, failures = q.run_size(runs_dir, run_id), fq.run_failures(runs_dir, run_id)
+        n, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
         pages = max(1, -(-n // PAGE_ROWS))
         page = pn.widgets.IntInput(name=f"page (of {pages:,})", value=1, start=1, end=pages, width=140)
         prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
@@ -332,7 +285,8 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
         table.param.watch(show, "selection")
         load()
         transcript.object = hint
-        return pn.Column(pn.Row(prev, page, nxt, info), table, sizing_mode="stretch_width")
+        return pn.Column(*_features_note(failures_error), pn.Row(prev, page, nxt, info), table,
+                         sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
     return run_select, pn.Column(run_select, pn.panel(body), transcript, sizing_mode="stretch_width")
@@ -350,16 +304,23 @@ def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):
         df = fq.run_trajectory_table(runs_dir, run_id, limit=STATIC_ROWS)
         cap = [pn.pane.Markdown(f"The first {STATIC_ROWS:,} of {n:,} trajectories (serve the dashboard to page "
                                 "through them all).")] if n > STATIC_ROWS else []
-        return pn.Column(*cap, _trajectory_table(df), pn.pane.HTML(_static_transcripts(runs_dir, run_id, df, n),
-                                                                   sizing_mode="stretch_width"),
-                         name=run_id, sizing_mode="stretch_width")
+        return pn.Column(*_features_note(df.attrs.get("error")), *cap, _trajectory_table(df),
+                         pn.pane.HTML(_static_transcripts(runs_dir, run_id, df, n), sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
 
-    cards = [_safe(f"trajectories of {r}", lambda r=r: card(r)) for r in run_ids[:STATIC_RUNS]]
-    for r, c in zip(run_ids, cards):
-        c.name = r
+    # a card that cannot be built shows its error in place: the other runs' cards are unaffected
+    # an Accordion title is HTML: the run's name escaped
+    cards = [pn.Column(_safe(f"trajectories of {r}", lambda r=r: card(r)), name=html.escape(r),
+                       sizing_mode="stretch_width") for r in run_ids[:STATIC_RUNS]]
     acc = pn.Accordion(*cards, active=[0], sizing_mode="stretch_width")
     note = f"Showing the newest {STATIC_RUNS} of {len(run_ids)} runs." if len(run_ids) > STATIC_RUNS else ""
     return pn.Column(pn.pane.Markdown(note), acc, sizing_mode="stretch_width") if note else acc
+
+
+def _features_note(error: str | None) -> list[Any]:
+    if not error:
+        return []
+    return [_box(f"The failure flags of this run are unknown: {html.escape(error)}", "warning")]
 
 
 def _safe_failures(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
@@ -370,59 +331,58 @@ def _safe_failures(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
         return runs
 
 
-def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False):
+def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, problems: list[str] | None = None):
     """The dashboard page for ``runs_dir`` (default: ``runs/``).
 
     ``static``: the page for :func:`save_static`: without a server to answer clicks, the drill-down
-    lists each run's trajectories with their transcripts as collapsible HTML instead.
+    lists each run's trajectories with their transcripts as collapsible HTML instead. ``problems`` gets
+    one line per section that could not be built.
     """
     from workbench.paths import runs_dir as default_runs_dir
 
     pn = _pn()
     root = Path(runs_dir) if runs_dir is not None else default_runs_dir()
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    header = pn.pane.Markdown(f"# Workbench runs\nRuns root `{root}` · built {stamp}", sizing_mode="stretch_width")
+    header = pn.pane.HTML(f"<h1>Workbench runs</h1>Runs root <code>{html.escape(str(root))}</code> · built {stamp}",
+                          sizing_mode="stretch_width")
     runs = q.runs_table(root)
-    if not runs.empty:
-        runs = _safe_failures(runs, root)
     if runs.empty:
-        msg = (f"No runs under `{root}` (a run is a folder with a `config.json`). "
-               "Make one with `workbench demo`, or point the dashboard at another folder with `--runs DIR`.")
-        return pn.Column(header, pn.pane.Alert(msg, alert_type="info"), sizing_mode="stretch_width", name="dashboard")
+        msg = (f"No runs under <code>{html.escape(str(root))}</code> (a run is a folder with a <code>config.json</code>). "
+               "Make one with <code>workbench demo</code>, or point the dashboard at another folder with "
+               "<code>--runs DIR</code>.")
+        return pn.Column(header, _box(msg, "info"), sizing_mode="stretch_width", name="dashboard")
 
-    runs_table, runs_view = _runs_section(runs)
     with_trajs = [r for r in runs["run_id"] if r in q.trajectory_sources(root).files]
+    complete = set(runs.loc[~runs["status"].str.startswith("incomplete"), "run_id"])
+    with_trajs.sort(key=lambda r: r not in complete)  # the drill-down opens the newest complete run
+    run_select = None
     if static:
-        drill = _safe("trajectories", lambda: _static_drilldown_section(root, with_trajs))
+        drill = _safe("trajectories", lambda: _static_drilldown_section(root, with_trajs), problems)
     else:
         run_select, drill = _drilldown_section(root, with_trajs)
-        if run_select is not None:
-            def pick(event: Any) -> None:  # selecting a run in the runs table opens it in the drill-down
-                if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.options:
-                    run_select.value = runs.iloc[event.new[0]]["run_id"]
-
-            runs_table.param.watch(pick, "selection")
     tabs = pn.Tabs(
-        ("Compare", _safe("metric comparison", lambda: _compare_section(root))),
-        ("Training", _safe("training curves", lambda: _training_section(root))),
-        ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root))),
+        ("Compare", _safe("metric comparison", lambda: _compare_section(root), problems)),
+        ("Training", _safe("training curves", lambda: _training_section(root), problems)),
+        ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
         ("Trajectories", drill),
         dynamic=False, sizing_mode="stretch_width",
     )
+    # the runs table last: the sections' queries may have found files whose data does not read
+    late = q.trajectory_sources(root).errors
+    runs["error"] = [e if not late.get(r) or late[r] in e else "; ".join(x for x in (e, late[r]) if x)
+                     for r, e in zip(runs["run_id"], runs["error"])]
+    runs = _safe_failures(runs, root)
+    runs_table, runs_view = _runs_section(runs)
+    if run_select is not None:
+        def pick(event: Any) -> None:  # selecting a run in the runs table opens it in the drill-down
+            if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.options:
+                run_select.value = runs.iloc[event.new[0]]["run_id"]
+
+        runs_table.param.watch(pick, "selection")
     return pn.Column(header, runs_view, tabs, sizing_mode="stretch_width", name="dashboard")
 
 
 # --------------------------------------------------------------------------- serving
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback IPs (127.0.0.0/8, ::1)."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_host(host: str, allow_remote: bool) -> None:
@@ -474,7 +434,9 @@ def serve_dashboard(
 def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = None, share_plotlyjs: bool = True) -> Path:
     """Write the dashboard as an HTML file that opens offline.
 
-    The metric selectors are plotly dropdowns, so they work without a server. Panel's
+    The metric selectors are plotly dropdowns, so they work without a server. A section that could not be
+    built shows its error in the page, and :class:`StaticExportError` (a ValueError: the CLI's one-line error,
+    exit 2) is raised after the page is written. Panel's
     ``save(..., resources=INLINE)`` inlines the JavaScript, but its stylesheets (and favicon)
     stay links to cdn.holoviz.org (https://github.com/holoviz/panel/issues/6759):
     :func:`inline_cdn_links` turns those into ``data:`` URLs read from Panel's own ``dist/``.
@@ -492,7 +454,8 @@ def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = No
         raise FileNotFoundError(f"--runs {runs_dir}: no such folder; pass the runs root (the folder that holds the "
                                 "run directories, default runs/)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    app = build_app(runs_dir, static=True)
+    problems: list[str] = []
+    app = build_app(runs_dir, static=True, problems=problems)
     tmp = path.with_name(f".{path.name}.tmp.html")
     try:
         app.save(str(tmp), resources=INLINE, title="workbench dashboard")
@@ -500,6 +463,10 @@ def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = No
         atomic_write_text(path, externalize_plotlyjs(page, path) if share_plotlyjs else page)
     finally:
         tmp.unlink(missing_ok=True)
+    if problems:
+        first = " | ".join(" ".join(p.split()) for p in problems)[:600]
+        raise StaticExportError(f"wrote {path}, but {len(problems)} section(s) could not be built ({first}): each shows "
+                                "its error in the page; fix or move the runs it names, then export again")
     return path
 
 

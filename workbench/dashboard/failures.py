@@ -7,7 +7,9 @@ text ``failure``. :func:`failure_counts` gives the runs table its ``failed`` col
 :func:`run_failures` gives the drill-down which flag each failed row has and the failure text.
 
 Runs without a features table, or with one from before the failure columns, have no count (NULL):
-unknown, not zero. An unreadable table is skipped here (the runs table reports unreadable files).
+unknown, not zero. An unreadable table has no count either, and its error goes into the runs table's
+``error`` column (:func:`runs_with_failures`); its run's drill-down lists the trajectories without flags
+and says why (``run_trajectory_table``'s ``attrs["error"]``).
 """
 
 from __future__ import annotations
@@ -42,9 +44,11 @@ def _columns(con, path: Path) -> set[str]:
     return {r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()}
 
 
-#: ``(path, mtime_ns, size) -> count`` (None: no failure columns): a features table is counted once while it is
-#: unchanged (the runs table asks for every run's count on each refresh).
+#: ``(path, mtime_ns, size) -> count`` (None: no failure columns, or unreadable): a features table is counted once
+#: while it is unchanged (the runs table asks for every run's count on each refresh).
 _COUNTS: dict[tuple[str, int, int], int | None] = {}
+#: The same keys -> the error text of a features table that does not read.
+_ERRORS: dict[tuple[str, int, int], str] = {}
 
 
 def _count_query(con, files: list[Path], where: str) -> dict[Path, int]:
@@ -56,19 +60,22 @@ def _count_query(con, files: list[Path], where: str) -> dict[Path, int]:
     return out
 
 
-def _count_files(paths: list[Path]) -> dict[Path, int | None]:
+def _count_files(paths: list[Path], errors: dict[Path, str] | None = None) -> dict[Path, int | None]:
     """Failure counts of ``paths``: one DuckDB query per set of failure columns over all those files, projecting
     only the failure columns. A file whose footer does not read is left out; if a group's query fails (a file whose
-    data does not read), its files are counted one by one and the unreadable ones left out."""
+    data does not read), its files are counted one by one and the unreadable ones left out. ``errors`` gets the
+    error text of each file left out."""
     import pyarrow.parquet as pq
 
     con = cursor()
     groups: dict[tuple[str, ...], list[Path]] = {}
     out: dict[Path, int | None] = {}
+    errors = {} if errors is None else errors
     for p in paths:
         try:
             cols = set(pq.read_schema(p).names)
-        except Exception:  # noqa: BLE001 - an unreadable table is skipped (the runs table reports files)
+        except Exception as e:  # noqa: BLE001 - an unreadable table is reported, not raised
+            errors[p] = q._error_text(e, FEATURES_FILE)
             continue
         present = tuple(c for c in (*FLAGS, "failure") if c in cols)
         if not any(f in present for f in FLAGS):
@@ -83,30 +90,34 @@ def _count_files(paths: list[Path]) -> dict[Path, int | None]:
             for f in files:
                 try:
                     out.update(_count_query(con, [f], where))
-                except Exception:  # noqa: BLE001
-                    continue
+                except Exception as e:  # noqa: BLE001
+                    errors[f] = q._error_text(e, FEATURES_FILE)
     return out
 
 
 def failure_counts(runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """``run_id, failed``: per run with a features table, how many trajectories have a failure (NULL when its
-    table predates the failure columns). Tables changed since the last call are counted by one DuckDB query."""
+    """``run_id, failed, error``: per run with a features table, how many trajectories have a failure (NULL when
+    its table predates the failure columns, or does not read: then ``error`` says why). Tables changed since the
+    last call are counted by one DuckDB query."""
     keys = {}
     for d in run_dirs(runs_dir):
         p = d / FEATURES_FILE
         try:
-            st = p.stat()
+            keys[d.name] = (p, q._key(p))
         except OSError:
             continue
-        keys[d.name] = (p, (str(p), st.st_mtime_ns, st.st_size))
-    todo = [p for p, key in keys.values() if key not in _COUNTS]
+    todo = [p for p, key in keys.values() if key not in _COUNTS and key not in _ERRORS]
     if todo:
-        counted = _count_files(todo)
+        errors: dict[Path, str] = {}
+        counted = _count_files(todo, errors)
         for p, key in keys.values():
             if p in counted:
                 _COUNTS[key] = counted[p]
-    rows = [(rid, _COUNTS[key]) for rid, (_, key) in keys.items() if key in _COUNTS]
-    df = pd.DataFrame(rows, columns=["run_id", "failed"])
+            elif p in errors:
+                _ERRORS[key] = errors[p]
+    rows = [(rid, _COUNTS.get(key), _ERRORS.get(key)) for rid, (_, key) in keys.items()
+            if key in _COUNTS or key in _ERRORS]
+    df = pd.DataFrame(rows, columns=["run_id", "failed", "error"])
     df["failed"] = df["failed"].astype("Int64")
     return df
 
@@ -140,17 +151,37 @@ def with_failures(trajectories: pd.DataFrame, failures: pd.DataFrame) -> pd.Data
     return out
 
 
+def safe_run_failures(runs_dir: str | os.PathLike, run_id: str) -> tuple[pd.DataFrame, str | None]:
+    """:func:`run_failures`, or no rows and the error text when the run's features table does not read."""
+    try:
+        return run_failures(runs_dir, run_id), None
+    except Exception as e:  # noqa: BLE001 - the trajectories still show; the flags are unknown, and said so
+        return pd.DataFrame(columns=FAILURE_COLUMNS), q._error_text(e, FEATURES_FILE)
+
+
 def run_trajectory_table(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None, offset: int = 0,
                          failures: pd.DataFrame | None = None) -> pd.DataFrame:
     """``queries.run_trajectories`` of one run (a page: ``limit`` rows from ``offset``) with the ``failed`` flags and
-    ``failure`` text of each row; ``failures``: that run's :func:`run_failures`, if the caller has it already."""
-    failures = run_failures(runs_dir, run_id) if failures is None else failures
-    return with_failures(q.run_trajectories(runs_dir, run_id, limit=limit, offset=offset), failures)
+    ``failure`` text of each row; ``failures``: that run's :func:`run_failures`, if the caller has it already.
+    A features table that does not read leaves the flags empty and its error in ``attrs["error"]``."""
+    error = None
+    if failures is None:
+        failures, error = safe_run_failures(runs_dir, run_id)
+    out = with_failures(q.run_trajectories(runs_dir, run_id, limit=limit, offset=offset), failures)
+    out.attrs["error"] = error
+    return out
 
 
 def runs_with_failures(runs: pd.DataFrame, runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """The runs table (``queries.runs_table``) with ``failed`` (:func:`failure_counts`) after ``n_trajectories``."""
-    counts = failure_counts(runs_dir).set_index("run_id")["failed"]
+    """The runs table (``queries.runs_table``) with ``failed`` (:func:`failure_counts`) after ``n_trajectories``, and
+    the error of each features table that does not read added to the run's ``error``."""
+    counts = failure_counts(runs_dir).set_index("run_id")
     out = runs.drop(columns="failed", errors="ignore")
-    out.insert(list(out.columns).index("n_trajectories") + 1, "failed", out["run_id"].map(counts).astype("Int64"))
+    out.insert(list(out.columns).index("n_trajectories") + 1, "failed",
+               out["run_id"].map(counts["failed"]).astype("Int64"))
+    bad = counts["error"].dropna()
+    if len(bad):
+        extra = out["run_id"].map(bad)
+        out["error"] = [f"{e}; {x}" if e and isinstance(x, str) else x if isinstance(x, str) else e
+                        for e, x in zip(out["error"].fillna(""), extra)]
     return out

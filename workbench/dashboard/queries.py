@@ -6,8 +6,14 @@ trajectories are read with DuckDB, all runs at once::
     read_parquet([...every runs/*/trajectories.parquet...], filename=true, union_by_name=true)
 
 The file list is the glob ``runs/*/trajectories.parquet`` minus files whose Parquet footer
-does not read: one broken file must not take the whole table down. Broken and missing files
-become text in the ``error`` column of :func:`runs_table`; no function here raises for them.
+does not read: one broken file must not take the whole table down. A file whose footer reads but
+whose data does not (corrupt pages) fails a query over all files; the query is then run file by
+file, the files that fail are left out (and remembered while unchanged), and the query runs again
+without them. Each query's frame says which runs it left out and why in ``df.attrs["errors"]``
+(``{run_id: text}``). Broken and missing files become text in the ``error`` column of
+:func:`runs_table`; no function here raises for them. Each row's run id is its folder's name, looked
+up by file (never parsed back out of the path). :func:`runs_table`'s ``status`` says whether each run
+is complete (``workbench.runs.run_status``) and names symlinks.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.io import read_jsonl
-from workbench.runs import CONFIG, METRICS, STEP_METRICS, TRAJECTORIES
+from workbench.runs import CONFIG, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.trajectory import Trajectory
 
 #: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
@@ -33,7 +39,7 @@ SUMMARY_METRICS = ("n", "em", "cem", "f1", "searches", "tokens", "seconds", "val
 EXPECTED_FILES = {"eval": (TRAJECTORIES, METRICS), "train": (STEP_METRICS,)}
 
 RUNS_COLUMNS = [
-    "run_id", "kind", "error", "created", "model", "dataset", "corpus_setting", "methods", "n_trajectories",
+    "run_id", "kind", "status", "error", "created", "model", "dataset", "corpus_setting", "methods", "n_trajectories",
     "best_method", "em", "cem", "f1", "searches", "steps", "reward_mean",
 ]
 
@@ -68,16 +74,31 @@ class TrajectorySources:
 _FOOTERS: dict[tuple[str, int, int], tuple[str | None, tuple[str, ...]]] = {}
 
 
+#: ``(path, mtime_ns, size) -> error`` of files whose footer reads but whose data does not (found by a query).
+_BAD_DATA: dict[tuple[str, int, int], str] = {}
+
+
+def _key(p: Path) -> tuple[str, int, int]:
+    st = p.stat()
+    return (str(p), st.st_mtime_ns, st.st_size)
+
+
+def _error_text(e: BaseException, name: str = TRAJECTORIES) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{name}: {type(e).__name__}: {first[:300]}"
+
+
 def _footer(p: Path) -> tuple[str | None, tuple[str, ...]]:
     import pyarrow.parquet as pq
 
-    st = p.stat()
-    key = (str(p), st.st_mtime_ns, st.st_size)
+    key = _key(p)
+    if key in _BAD_DATA:
+        return _BAD_DATA[key], ()
     if key not in _FOOTERS:
         try:
             names = tuple(pq.read_metadata(p).schema.to_arrow_schema().names)
         except Exception as e:  # noqa: BLE001 - any unreadable file is reported, not raised
-            _FOOTERS[key] = (f"{TRAJECTORIES}: {type(e).__name__}: {e}", ())
+            _FOOTERS[key] = (_error_text(e), ())
         else:
             _FOOTERS[key] = (None, names)
     return _FOOTERS[key]
@@ -99,7 +120,8 @@ def trajectory_sources(runs_dir: str | os.PathLike) -> TrajectorySources:
     return src
 
 
-_RUN_ID_SQL = r"regexp_extract(filename, '([^/\\]+)[/\\]trajectories\.parquet$', 1)"
+def _sql_str(x: str) -> str:
+    return "'" + str(x).replace("'", "''") + "'"
 
 
 class _Trajectories:
@@ -107,17 +129,17 @@ class _Trajectories:
 
     Columns: run_id, row (position in its file), method, protocol, dataset, hops, id, question, answer, finish_reason,
     n_searches, n_invalid, n_policy_tokens, latency_s, em, cem, f1, format_ok (NULL where a
-    run has no such column).
+    run has no such column). ``files``: ``{run_id: path}``; a row's run id is looked up by its file.
     """
 
-    def __init__(self, files: list[Path], columns: set[str] | None = None):
+    def __init__(self, files: dict[str, Path], columns: set[str] | None = None):
         from workbench.trajectory_store import cursor
 
         self.con = cursor()  # the shared connection: footers stay cached between queries
         self.empty = not files
         if self.empty:
             return
-        paths = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files)
+        paths = ", ".join(_sql_str(p) for p in files.values())
         source = f"read_parquet([{paths}], filename=true, union_by_name=true, file_row_number=true)"
         cols = columns if columns is not None else {
             r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
@@ -132,11 +154,16 @@ class _Trajectories:
             parts = [x for x in (typed, js) if x]
             return f"COALESCE({', '.join(parts)})" if len(parts) > 1 else parts[0] if parts else f"CAST(NULL AS {sql_type})"
 
+        if len(files) == 1:
+            run_id, join = _sql_str(next(iter(files))), ""
+        else:  # the run id of each file, joined on the file name DuckDB reports
+            ids = ", ".join(f"({_sql_str(p)}, {_sql_str(r)})" for r, p in files.items())
+            run_id, join = "_ids._run_id", f" JOIN (VALUES {ids}) AS _ids(_file, _run_id) ON filename = _ids._file"
         method = "COALESCE(method, protocol)" if "method" in cols else "protocol"
         self.view = (  # ``t`` of each query (a CTE: cursors of the shared connection share one catalog)
             f"""
             SELECT
-                {_RUN_ID_SQL} AS run_id,
+                {run_id} AS run_id,
                 file_row_number AS "row",
                 {method} AS method,
                 protocol,
@@ -145,7 +172,7 @@ class _Trajectories:
                 id, question, answer, finish_reason,
                 {col("n_searches", "INTEGER")}, {col("n_invalid", "INTEGER")}, {col("n_policy_tokens", "INTEGER")}, {col("latency_s")},
                 {", ".join(col(m) for m in ANSWER_METRICS)}
-            FROM {source}
+            FROM {source}{join}
             """
         )
 
@@ -154,12 +181,23 @@ class _Trajectories:
 
 
 def _query(runs_dir: str | os.PathLike, sql: str, columns: list[str], params: list[Any] | None = None) -> pd.DataFrame:
-    """Run ``sql`` over the view ``t`` of all readable runs; an empty frame with ``columns`` if none."""
+    """Run ``sql`` over the view ``t`` of all readable runs; an empty frame with ``columns`` if none.
+
+    If it fails, it is run over each file alone and the files that fail are left out (see the module
+    docstring); ``attrs["errors"]``: ``{run_id: why}`` of every run left out."""
     src = trajectory_sources(runs_dir)
-    t = _Trajectories(list(src.files.values()), src.columns)
-    if t.empty:
-        return pd.DataFrame(columns=columns)
-    return t.df(sql, params)
+    try:
+        df = _Trajectories(src.files, src.columns).df(sql, params) if src.files else pd.DataFrame(columns=columns)
+    except Exception:  # noqa: BLE001 - a file whose data does not read: find it, leave it out, run again
+        for rid, p in list(src.files.items()):
+            try:
+                _Trajectories({rid: p}).df(sql, params)
+            except Exception as e:  # noqa: BLE001
+                src.errors[rid] = _BAD_DATA[_key(p)] = _error_text(e)
+                del src.files[rid]
+        df = _Trajectories(src.files).df(sql, params) if src.files else pd.DataFrame(columns=columns)
+    df.attrs["errors"] = dict(src.errors)
+    return df
 
 
 _COUNT_COLUMNS = ["run_id", "n_trajectories", "n_methods", "methods", "searches", "answered", "f1"]
@@ -245,7 +283,7 @@ def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None
     src = trajectory_sources(runs_dir)
     if run_id not in src.files:
         return pd.DataFrame(columns=TRAJECTORY_COLUMNS)
-    t = _Trajectories([src.files[run_id]])
+    t = _Trajectories({run_id: src.files[run_id]})
     columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS)
     # a range of positions, not LIMIT/OFFSET after a sort: DuckDB skips the row groups outside it
     end = f' AND "row" < {int(offset) + int(limit)}' if limit is not None else ""
@@ -331,6 +369,8 @@ def summary_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
         try:
             cfg, metrics = _read_json(d / CONFIG), _read_json(d / METRICS)
             methods = metrics.get("methods") or {}
+            if not isinstance(cfg, dict) or not isinstance(methods, dict):
+                continue  # runs_table names the file that is not a JSON object
         except (OSError, ValueError, AttributeError):
             continue
         for method, s in methods.items():
@@ -347,20 +387,12 @@ def runs_table(runs_dir: str | os.PathLike) -> pd.DataFrame:
     ``metrics.json`` (``best_method``); for training runs, steps and the last ``reward_mean``
     of ``metrics.jsonl``. ``error`` lists unreadable or missing files ("" when none).
     """
-    src = trajectory_sources(runs_dir)
-    try:
-        counts = trajectory_counts(runs_dir).set_index("run_id")
-    except Exception:  # noqa: BLE001 - e.g. a file whose footer reads but whose data does not
-        counts = pd.DataFrame(columns=_COUNT_COLUMNS).set_index("run_id")
-        for rid, p in src.files.items():
-            try:
-                one = _Trajectories([p]).df("SELECT run_id, count(*) AS n_trajectories FROM t GROUP BY run_id")
-                counts.loc[rid, "n_trajectories"] = int(one["n_trajectories"].iloc[0])
-            except Exception as e:  # noqa: BLE001
-                src.errors[rid] = f"{TRAJECTORIES}: {type(e).__name__}: {e}"
+    root = _root(runs_dir)
+    counts = trajectory_counts(runs_dir).set_index("run_id")
+    src = trajectory_sources(runs_dir)  # after the counts: files whose data failed them are errors now
     rows = []
     for d in run_dirs(runs_dir):
-        rows.append(_run_row(d, counts, src.errors.get(d.name)))
+        rows.append(_run_row(d, counts, src.errors.get(d.name), root))
     df = pd.DataFrame(rows, columns=RUNS_COLUMNS)
     for c in ("n_trajectories", "steps"):
         df[c] = df[c].astype("Int64")
@@ -369,9 +401,21 @@ def runs_table(runs_dir: str | os.PathLike) -> pd.DataFrame:
     return df
 
 
-def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None) -> dict[str, Any]:
+def run_state(d: Path, root: Path | None = None) -> str:
+    """The ``status`` cell of a run directory: complete or incomplete (with the note of
+    ``workbench.runs.run_status``), and where a symlinked run points."""
+    text = str(run_status(d))
+    if d.is_symlink():
+        target = d.resolve()
+        outside = root is not None and not target.is_relative_to(root.resolve())
+        text += f"; symlink to {target}" + (" (outside the runs root)" if outside else "")
+    return text
+
+
+def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {c: None for c in RUNS_COLUMNS}
     row["run_id"] = d.name
+    row["status"] = run_state(d, root)
     errors = [traj_error] if traj_error else []
     try:
         cfg = _read_json(d / CONFIG)
@@ -393,6 +437,8 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None) -> dict[str,
     if (d / METRICS).exists():
         try:
             methods = _read_json(d / METRICS).get("methods") or {}
+            if not isinstance(methods, dict):
+                raise ValueError(f"'methods' is a {type(methods).__name__}, not an object")
             summaries = {m: s for m, s in methods.items() if isinstance(s, dict)}
             if summaries:
                 best = max(summaries, key=lambda m: _number(summaries[m].get("f1")) or 0.0)

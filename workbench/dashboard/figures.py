@@ -1,0 +1,111 @@
+"""The dashboard's plotly figures: metric comparisons, training curves, per-hop and per-protocol views.
+
+Each figure holds the traces of every metric and a plotly dropdown to pick one: the selector runs in
+the browser, so it works the same served and in the static file. Names from runs (run ids, methods,
+protocols) are escaped before plotly sees them (:func:`escape_label`): plotly reads a few HTML tags in labels
+and shows entities as the characters they stand for.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import pandas as pd
+
+
+def with_metric_menu(fig, traces_by_metric: dict[str, list[int]], titles: dict[str, str]):
+    """Show the first metric's traces; a dropdown (top left) switches the visible traces and the title."""
+    n = len(fig.data)
+    metrics = list(traces_by_metric)
+    if not metrics:
+        return fig
+
+    def visible(m: str) -> list[bool]:
+        on = set(traces_by_metric[m])
+        return [i in on for i in range(n)]
+
+    for i, v in enumerate(visible(metrics[0])):
+        fig.data[i].visible = v
+    buttons = [dict(label=f"metric: {m}", method="update", args=[{"visible": visible(m)}, {"title.text": titles[m]}]) for m in metrics]
+    fig.update_layout(
+        title_text=titles[metrics[0]], title_x=0.3,
+        updatemenus=[dict(buttons=buttons, direction="down", x=0, xanchor="left", y=1.18, yanchor="top",
+                          showactive=True, active=0)],
+        margin=dict(l=40, r=20, t=80, b=40),
+    )
+    return fig
+
+
+def escape_label(x: Any) -> str:
+    """A name as plotly text: escaped (plotly reads a few HTML tags in labels and shows entities as characters)."""
+    return html.escape(str(x), quote=False)
+
+
+def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
+    """Grouped bars, one group per run (or dataset), one bar per method; a dropdown picks the metric."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    traces: dict[str, list[int]] = {}
+    colours = _colours(sorted(df["method"].astype(str).unique()))
+    for m in metrics:
+        data = df if by == "run_id" else df.groupby([by, "method"], as_index=False)[m].mean()
+        for method, g in data.groupby("method", sort=True):
+            traces.setdefault(m, []).append(len(fig.data))
+            fig.add_bar(name=escape_label(method), x=g[by].map(escape_label), y=g[m], marker_color=colours[str(method)],
+                        legendgroup=str(method))
+    what = "run" if by == "run_id" else f"{by} (mean over runs)"
+    fig.update_layout(barmode="group", height=380, legend_title_text="method", xaxis_type="category")
+    return with_metric_menu(fig, traces, {m: f"{m} by {what} and method" for m in metrics})
+
+
+def curves_figure(curves: pd.DataFrame, metrics: list[str]):
+    """One line per run against step; a dropdown picks the metric."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    traces: dict[str, list[int]] = {}
+    colours = _colours(sorted(curves["run_id"].unique()))
+    for m in metrics:
+        for run_id, g in curves[curves["metric"] == m].groupby("run_id", sort=True):
+            g = g.sort_values("step")
+            traces.setdefault(m, []).append(len(fig.data))
+            fig.add_scatter(x=g["step"], y=g["value"], mode="lines+markers", name=escape_label(run_id),
+                            line_color=colours[run_id])
+    fig.update_layout(xaxis_title="step", height=400, legend_title_text="run")
+    return with_metric_menu(fig, traces, {m: f"{m} per training step" for m in metrics})
+
+
+def hops_figure(hops: pd.DataFrame, metrics: list[str]):
+    """Metric against hop count, one line per run and method; a dropdown picks the metric."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    traces: dict[str, list[int]] = {}
+    for m in metrics:
+        for (run_id, method), g in hops.groupby(["run_id", "method"], sort=True):
+            traces.setdefault(m, []).append(len(fig.data))
+            fig.add_scatter(x=g["hops"], y=g[m], mode="lines+markers", name=escape_label(f"{run_id} · {method}"),
+                            text=[f"n={n}" for n in g["n"]])
+    fig.update_layout(xaxis_title="hops", height=380, xaxis_dtick=1)
+    return with_metric_menu(fig, traces, {m: f"{m} by hop count" for m in metrics})
+
+
+def protocol_figure(protocols: pd.DataFrame):
+    """Grouped bars per protocol: EM, F1, format OK, answered, ended by an answer."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for col in ("em", "f1", "format_ok", "answered", "finished_by_answer"):
+        fig.add_bar(name=col, x=protocols["protocol"].map(escape_label), y=protocols[col])
+    fig.update_layout(barmode="group", title="Per protocol (all runs)", height=340, yaxis_range=[0, 1.05],
+                      margin=dict(l=40, r=20, t=50, b=40))
+    return fig
+
+
+def _colours(keys: list[str]) -> dict[str, str]:
+    import plotly.colors
+
+    palette = plotly.colors.qualitative.Plotly
+    return {k: palette[i % len(palette)] for i, k in enumerate(keys)}
