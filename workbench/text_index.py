@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.io import atomic_path
+from workbench.parquet_sql import cursor, file_columns, sql_literal
+
 #: The columns the index covers (full-text search's columns, ``trajectory_store.SEARCH_COLUMNS``).
 INDEX_COLUMNS = ("question", "response_text", "answer")
 #: A word, as the index splits lower-cased text (RE2's and Python's ASCII classes agree on it).
@@ -82,16 +85,13 @@ def build_index(path: str | os.PathLike) -> Path:
     """Write the word index of ``path`` (atomically; replaces a stale one). Raises ``OSError`` if it cannot be written."""
     import pyarrow.parquet as pq
 
-    from workbench.io import atomic_path
-    from workbench.trajectory_store import _quote, cursor, file_columns
-
     p = Path(path)
     stamp = _stamp(p)
     have = set(file_columns(p))
     text = ", ".join(f'COALESCE(CAST("{c}" AS VARCHAR), \'\')' for c in INDEX_COLUMNS if c in have) or "''"
     sql = (f"SELECT token, len(rows) AS n, rows FROM (SELECT w AS token, list(DISTINCT r ORDER BY r)::INTEGER[] AS rows FROM ("
            f"SELECT file_row_number AS r, unnest(regexp_extract_all(lower(concat_ws(' ', {text})), '{WORD}')) AS w "
-           f"FROM read_parquet({_quote(p)}, file_row_number=true)) GROUP BY w) ORDER BY token")
+           f"FROM read_parquet({sql_literal(p)}, file_row_number=true)) GROUP BY w) ORDER BY token")
     table = cursor().sql(sql).to_arrow_table()
     table = table.replace_schema_metadata({_STAMP: stamp})
     idx = index_path(p)
@@ -171,8 +171,6 @@ def candidate_rows(indexes: Sequence[Path], words: Sequence[tuple[str, str]],
     answers at once, without reading any file. Then the rows of the rarest word are read (only the index row groups
     whose token range holds its matching words), intersected with each other word rare enough to narrow them; a
     common word is left to :func:`verify_rows`."""
-    from workbench.trajectory_store import cursor
-
     if not indexes:
         return []
     tokens, totals = vocabulary(indexes)
@@ -213,8 +211,6 @@ def _matching(tokens: list[str], word: str, where: str) -> np.ndarray:
 def vocabulary(indexes: Sequence[Path]) -> tuple[list[str], np.ndarray]:
     """The distinct words of these indexes (sorted) and how many rows hold each, over all of them; one query, then
     kept in memory for the same set of index files (a view's searches share it; :data:`VOCAB_SETS` sets at most)."""
-    from workbench.trajectory_store import cursor
-
     key = tuple((str(p), _stamp(Path(p))) for p in indexes)
     if key in _VOCAB:
         _VOCAB.move_to_end(key)
@@ -234,9 +230,7 @@ _VOCAB: OrderedDict[tuple, tuple[list[str], np.ndarray]] = OrderedDict()
 
 
 def _source(indexes: Sequence[Path]) -> str:
-    from workbench.trajectory_store import _quote
-
-    return f"read_parquet([{', '.join(_quote(p) for p in indexes)}], filename=true)"
+    return f"read_parquet([{', '.join(sql_literal(p) for p in indexes)}], filename=true)"
 
 
 def verify_rows(path: str | os.PathLike, rows: np.ndarray, text: str, columns: Sequence[str] = INDEX_COLUMNS,

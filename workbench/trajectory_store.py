@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.parquet_sql import cursor, file_columns, sql_literal
 from workbench.text_index import (
     VERIFY_ROWS,
     answers_alone,
@@ -38,34 +39,7 @@ from workbench.trajectory import Trajectory
 SEARCH_COLUMNS = ("question", "response_text", "answer")
 
 
-_CON: Any = None
-
-
-def cursor() -> Any:
-    """A cursor of one shared in-memory DuckDB connection (a cursor per call: safe from a server's threads).
-    Parquet footers are cached across queries (DuckDB re-reads a file's footer when the file changes)."""
-    global _CON
-    if _CON is None:
-        import duckdb
-
-        con = duckdb.connect()
-        con.execute("SET GLOBAL parquet_metadata_cache = true")
-        _CON = con
-    return _CON.cursor()
-
-
 _connect = cursor
-
-
-def _quote(path: str | os.PathLike) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
-
-
-def file_columns(path: str | os.PathLike) -> list[str]:
-    """Column names of a Parquet file (from its footer; no data is read)."""
-    import pyarrow.parquet as pq
-
-    return list(pq.read_schema(path).names)
 
 
 def read_columns(path: str | os.PathLike, columns: Sequence[str], limit: int | None = None) -> pd.DataFrame:
@@ -78,7 +52,7 @@ def read_columns(path: str | os.PathLike, columns: Sequence[str], limit: int | N
     if missing:
         raise KeyError(f"{path} has no column(s) {missing}")
     cols = ", ".join(f'"{c}"' for c in columns)
-    sql = f'SELECT file_row_number AS "row"{", " + cols if cols else ""} FROM read_parquet({_quote(path)}, ' \
+    sql = f'SELECT file_row_number AS "row"{", " + cols if cols else ""} FROM read_parquet({sql_literal(path)}, ' \
           "file_row_number=true)"
     if limit is not None:
         sql += f" WHERE file_row_number < {int(limit)}"
@@ -90,7 +64,7 @@ def read_rows(path: str | os.PathLike, rows: Sequence[int]) -> list[dict[str, An
     if not rows:
         return []
     wanted = sorted({int(r) for r in rows})
-    sql = (f"SELECT * FROM read_parquet({_quote(path)}, file_row_number=true) "
+    sql = (f"SELECT * FROM read_parquet({sql_literal(path)}, file_row_number=true) "
            f"WHERE file_row_number IN ({', '.join(map(str, wanted))})")
     # Arrow to Python as ``load_trajectories`` reads (a null answer stays None; token lists stay lists)
     records = _connect().sql(sql).to_arrow_table().to_pylist()
@@ -158,7 +132,7 @@ def _scan_rows(files: Sequence[str | os.PathLike], text: str, limit: int | None,
                max_hits: int | None) -> dict[int, np.ndarray]:
     """:func:`search_rows` by scanning the text columns in DuckDB."""
     idx = {str(Path(f)): i for i, f in enumerate(files)}
-    paths = ", ".join(_quote(Path(f)) for f in files)
+    paths = ", ".join(sql_literal(Path(f)) for f in files)
     pattern = "(?i)" + "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
     where = " OR ".join(f'regexp_matches(COALESCE("{c}", \'\'), $pattern)' for c in columns)
     limit_sql = f" AND file_row_number < {int(limit)}" if limit is not None else ""
@@ -191,7 +165,7 @@ def failure_candidates(path: str | os.PathLike, limit: int | None = None) -> lis
         conds.append("finish_reason = 'backend_error'")
     if not conds:
         return []
-    sql = f"SELECT file_row_number FROM read_parquet({_quote(path)}, file_row_number=true) WHERE ({' OR '.join(conds)})"
+    sql = f"SELECT file_row_number FROM read_parquet({sql_literal(path)}, file_row_number=true) WHERE ({' OR '.join(conds)})"
     if limit is not None:
         sql += f" AND file_row_number < {int(limit)}"
     return sorted(int(r) for (r,) in _connect().execute(sql).fetchall())

@@ -22,8 +22,9 @@ META_KEYS = {"dataset": "VARCHAR", "hops": "BIGINT", "qtype": "VARCHAR"}
 def trajectory_table(run: Run) -> pd.DataFrame:
     """One row per trajectory with scalar columns (no token lists, no prompt or turn text): what filters and
     tables use. Only those columns are read from ``trajectories.parquet`` (DuckDB), so a big run stays cheap."""
+    from workbench.parquet_sql import sql_literal as _quote
     from workbench.runs import TRAJECTORIES
-    from workbench.trajectory_store import _quote, cursor, file_columns
+    from workbench.trajectory_store import cursor, file_columns
 
     path = run.file(TRAJECTORIES)
     have = file_columns(path)
