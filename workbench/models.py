@@ -150,6 +150,23 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or name.count("/") > 1 or name.endswith(".gguf") or "\\" in name
 
 
+def portable_model_name(model: Any, fallback: str | None = None) -> str | None:
+    """The name to record as an adapter's ``base_model_name_or_path``: the alias or Hugging Face id the model
+    was loaded by (``load_policy`` keeps it on the config), so the adapter loads on another machine, instead
+    of this machine's cache directory. A model loaded from a local path keeps ``fallback`` (that path)."""
+    alias = getattr(getattr(model, "config", None), "name_or_path_alias", None)
+    if alias and (alias in PACKAGED_MODELS or not (_looks_like_path(alias) or Path(alias).expanduser().exists())):
+        return alias
+    where = fallback or getattr(getattr(model, "config", None), "_name_or_path", None)
+    for name in PACKAGED_MODELS:  # a packaged model's converted cache directory -> its alias
+        try:
+            if where and Path(where).resolve() == _gguf_cache_dir(packaged_gguf_path(name)).resolve():
+                return name
+        except Exception:  # noqa: BLE001 - that package is not installed: not this model
+            continue
+    return fallback
+
+
 class ModelNotFound(ValueError):
     """A model that is not on this machine (one line: what was asked and how to fix it)."""
 

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from workbench.models import DEFAULT_MODEL, load_policy
+from workbench.models import DEFAULT_MODEL, load_policy, portable_model_name
 
 log = logging.getLogger(__name__)
 
@@ -183,25 +183,6 @@ def default_target_modules(model: nn.Module, include_mlp: bool = False) -> list[
 
 
 # ---------------------------------------------------------------------------- the policy
-def portable_model_name(model: nn.Module, fallback: str | None = None) -> str | None:
-    """The name to record as an adapter's ``base_model_name_or_path``: the alias or Hugging Face id the model
-    was loaded by (``load_policy`` keeps it on the config), so the adapter loads on another machine, instead
-    of this machine's cache directory. A model loaded from a local path keeps ``fallback`` (that path)."""
-    from workbench.models import PACKAGED_MODELS, _gguf_cache_dir, _looks_like_path, packaged_gguf_path
-
-    alias = getattr(getattr(model, "config", None), "name_or_path_alias", None)
-    if alias and (alias in PACKAGED_MODELS or not (_looks_like_path(alias) or Path(alias).expanduser().exists())):
-        return alias
-    where = fallback or getattr(getattr(model, "config", None), "_name_or_path", None)
-    for name in PACKAGED_MODELS:  # a packaged model's converted cache directory -> its alias
-        try:
-            if where and Path(where).resolve() == _gguf_cache_dir(packaged_gguf_path(name)).resolve():
-                return name
-        except Exception:  # noqa: BLE001 - that package is not installed: not this model
-            continue
-    return fallback
-
-
 def adapter_dir(path: str | os.PathLike) -> Path:
     """The adapter directory ``path`` names: itself when it holds ``adapter_model.safetensors``, else
     the newest checkpoint of the run directory ``path`` (an SFT or RL run)."""
