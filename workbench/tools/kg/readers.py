@@ -11,29 +11,30 @@ import re
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from workbench.tools.base import Triple
 from workbench.tools.kg.strings import StringTable, _clean_field, _ptr_from_counts
 
-if TYPE_CHECKING:
-    from workbench.tools.kg.store import KnowledgeGraph
+#: The class a ``from_*`` constructor is called on (:class:`~workbench.tools.kg.store.KnowledgeGraph`).
+KG = TypeVar("KG", bound="GraphReaders")
 
 
 class GraphReaders:
-    """The ``from_*`` constructors; mixed into :class:`~workbench.tools.kg.store.KnowledgeGraph`."""
+    """The ``from_*`` constructors; mixed into :class:`~workbench.tools.kg.store.KnowledgeGraph`, they return an
+    instance of the class they are called on."""
 
     @classmethod
     def from_triples(
-        cls,
+        cls: type[KG],
         triples: Iterable[Any],
         entity_names: Mapping[str, str] | None = None,
         relation_names: Mapping[str, str | Sequence[str]] | None = None,
         entity_aliases: Mapping[str, Sequence[str]] | None = None,
         **options: Any,
-    ) -> KnowledgeGraph:
+    ) -> KG:
         """From in-memory ``(head_id, relation_id, tail_id)`` rows (tuples or :class:`Triple`).
 
         ``entity_names``: id -> display name; ``entity_aliases``: id -> further aliases;
@@ -64,13 +65,13 @@ class GraphReaders:
 
     @classmethod
     def from_wikidata5m(
-        cls,
+        cls: type[KG],
         directory: str | Path | None = None,
         entity_file: str | Path | None = None,
         relation_file: str | Path | None = None,
         triple_files: Sequence[str | Path] | None = None,
         **options: Any,
-    ) -> KnowledgeGraph:
+    ) -> KG:
         """Wikidata5M files: ``id\\talias1\\talias2...`` (first alias = name) and ``head\\trelation\\ttail``.
 
         With ``directory``, missing arguments default to ``wikidata5m_entity.txt``,
@@ -103,12 +104,12 @@ class GraphReaders:
 
     @classmethod
     def from_codex(
-        cls,
+        cls: type[KG],
         triples_file: str | Path,
         relations_file: str | Path | None,
         entities_file: str | Path | None = None,
         **options: Any,
-    ) -> KnowledgeGraph:
+    ) -> KG:
         """CoDEx: ``Q1\\tP2\\tQ3`` triples, ``relations_en.json`` / ``entities_en.json`` as ``{id: {"label": ...}}``.
 
         Entities without a label (CoDEx ships no entity labels in some packagings) are named by id.
@@ -127,12 +128,12 @@ class GraphReaders:
 
     @classmethod
     def from_fb15k237(
-        cls,
+        cls: type[KG],
         triples_file: str | Path,
         entity2text: str | Path | None = None,
         relation2text: str | Path | None = None,
         **options: Any,
-    ) -> KnowledgeGraph:
+    ) -> KG:
         """FB15k-237: MID triples, ``mid\\tname`` names, optional ``relation\\ttext`` names.
 
         Without ``relation2text`` a relation is named by the last segment of its path with
@@ -160,7 +161,7 @@ class GraphReaders:
         return cls._from_registries(ents, named, h, r, t, stats, options)
 
     @classmethod
-    def _from_registries(cls, ents, rels, h, r, t, stats, options) -> KnowledgeGraph:
+    def _from_registries(cls: type[KG], ents, rels, h, r, t, stats, options) -> KG:
         e_ids, e_ptr, e_al = ents.tables()
         r_ids, r_ptr, r_al = rels.tables()
         stats["entities_without_alias"] = ents.n_fallback
