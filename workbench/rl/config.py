@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from workbench.rl.advantages import ADV_ALIASES, ADVANTAGES, FILTER_CRITERIA, STD_KINDS, canonical_adv_norm
-from workbench.rl.losses import AGGREGATIONS, KL_ESTIMATORS, SURROGATES
+from workbench.rl.losses import AGGREGATIONS, KL_ESTIMATORS, SURROGATES, kl_coef_at
 
 LEVELS = ("token", "sequence")
 EMPTY_SEQS = ("skip", "count")
@@ -36,26 +36,6 @@ def valid_names() -> dict[str, tuple[str, ...]]:
 def surrogate_level(surrogate: str) -> str:
     """The importance level a surrogate uses: ``sequence`` for GSPO/DSPO's ratio, else ``token``."""
     return "sequence" if surrogate == "sequence" else "token"
-
-
-def kl_coef_at(step: int, total_steps: int, start: float, end: float | None = None) -> float:
-    """KL coefficient β at training step ``step`` (0-based), annealed linearly from ``start``
-    to ``end`` over ``total_steps`` training steps (Shi & Shen, file 003 §4: 0.1 → 0.01 over training).
-
-    Step 0 uses ``start``, step ``total_steps − 1`` (the last) uses ``end``, later steps stay at
-    ``end``. ``end=None`` means constant ``start``. The schedule counts training steps (rollout
-    batches), not optimizer steps: with mini-batches or epochs every optimizer step of a training
-    step uses the same β.
-
-    >>> round(kl_coef_at(25, 100, 0.1, 0.01), 4)
-    0.0773
-    """
-    if end is None:
-        return float(start)
-    if total_steps < 1:
-        raise ValueError(f"kl_coef_at: total_steps must be >= 1, got {total_steps}")
-    frac = min(max(step, 0) / max(total_steps - 1, 1), 1.0)
-    return float(start * (1.0 - frac) + end * frac)
 
 
 @dataclass(frozen=True)

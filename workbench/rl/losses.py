@@ -20,17 +20,32 @@ decorated function (its docstring names the paper and equation), one test.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-if TYPE_CHECKING:
-    from workbench.rl.config import LossConfig
-
 LOG_RATIO_CLAMP = 20.0
 """Token log-ratios are clamped to ±20 before ``exp`` (as verl does) so a stale batch cannot overflow."""
+
+
+class LossSwitches(Protocol):
+    """The switches the loss reads: :class:`workbench.rl.config.LossConfig` has them (that module checks its names
+    against the registries here, so this one names the fields it reads instead of importing the class)."""
+
+    name: str
+    surrogate: str
+    eps_low: float
+    eps_high: float
+    clip_ratio_c: float
+    kl_estimator: str
+    kl_clamp: float | None
+    agg: str
+    max_len: int | None
+    empty_seqs: str
+
+    def kl_coef_at(self, step: int) -> float: ...
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -182,7 +197,7 @@ def register_surrogate(name: str):
 
 @register_surrogate("clipped_token")
 def surrogate_clipped_token(logp: Tensor, old_logp: Tensor, mask: Tensor, advantages: Tensor,
-                            cfg: LossConfig) -> tuple[Tensor, Tensor]:
+                            cfg: LossSwitches) -> tuple[Tensor, Tensor]:
     """PPO / GRPO / DAPO (file 004 Eq. 3): token ratio ``r_t`` in the decoupled clip
     ``−min(r_t·A, clip(r_t, 1 − eps_low, 1 + eps_high)·A)``."""
     ratio = token_ratio(logp, old_logp, mask)
@@ -191,7 +206,7 @@ def surrogate_clipped_token(logp: Tensor, old_logp: Tensor, mask: Tensor, advant
 
 @register_surrogate("sequence")
 def surrogate_sequence(logp: Tensor, old_logp: Tensor, mask: Tensor, advantages: Tensor,
-                       cfg: LossConfig) -> tuple[Tensor, Tensor]:
+                       cfg: LossSwitches) -> tuple[Tensor, Tensor]:
     """GSPO (Zheng et al. 2025) / DSPO Eq. 6 + Eq. 11: the sequence ratio ``s_i`` (geometric mean of
     the token ratios over policy tokens) in the clipped surrogate, in GSPO-token form
     (:func:`sequence_ratio_token`) so that it aggregates like a token loss."""
@@ -201,7 +216,7 @@ def surrogate_sequence(logp: Tensor, old_logp: Tensor, mask: Tensor, advantages:
 
 @register_surrogate("dual_clip")
 def surrogate_dual_clip(logp: Tensor, old_logp: Tensor, mask: Tensor, advantages: Tensor,
-                        cfg: LossConfig) -> tuple[Tensor, Tensor]:
+                        cfg: LossSwitches) -> tuple[Tensor, Tensor]:
     """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games", Eq. 5; verl
     ``clip_ratio_c``): the token clipped surrogate, and for ``A < 0`` the loss is also capped at
     ``−c·A`` (``c = clip_ratio_c``, default 3.0), so one very large ratio cannot dominate."""
@@ -267,6 +282,26 @@ def kl_term(logp: Tensor, ref_logp: Tensor, mask: Tensor, estimator: str = "k3",
         raise ValueError(f"unknown KL estimator {estimator!r}; choose one of: {', '.join(KL_ESTIMATORS)}")
     kl = KL_ESTIMATORS[estimator](logp, ref_logp, mask)
     return kl if clamp is None else kl.clamp(-clamp, clamp)
+
+
+def kl_coef_at(step: int, total_steps: int, start: float, end: float | None = None) -> float:
+    """KL coefficient β at training step ``step`` (0-based), annealed linearly from ``start``
+    to ``end`` over ``total_steps`` training steps (Shi & Shen, file 003 §4: 0.1 → 0.01 over training).
+
+    Step 0 uses ``start``, step ``total_steps − 1`` (the last) uses ``end``, later steps stay at
+    ``end``. ``end=None`` means constant ``start``. The schedule counts training steps (rollout
+    batches), not optimizer steps: with mini-batches or epochs every optimizer step of a training
+    step uses the same β.
+
+    >>> round(kl_coef_at(25, 100, 0.1, 0.01), 4)
+    0.0773
+    """
+    if end is None:
+        return float(start)
+    if total_steps < 1:
+        raise ValueError(f"kl_coef_at: total_steps must be >= 1, got {total_steps}")
+    frac = min(max(step, 0) / max(total_steps - 1, 1), 1.0)
+    return float(start * (1.0 - frac) + end * frac)
 
 
 # ---------------------------------------------------------------------------- aggregation
@@ -395,7 +430,7 @@ def approx_kl(logp: Tensor, old_logp: Tensor, mask: Tensor, global_tokens: int |
 
 # ---------------------------------------------------------------------------- composition
 def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, advantages: Tensor, mask: Tensor,
-                cfg: LossConfig, global_tokens: int | None = None, global_seqs: int | None = None,
+                cfg: LossSwitches, global_tokens: int | None = None, global_seqs: int | None = None,
                 step: int = 0, is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """The loss of ``cfg`` on one (micro-)batch: the surrogate ``cfg.surrogate`` (:data:`SURROGATES`)
     + β·KL with ``cfg.kl_estimator`` (:data:`KL_ESTIMATORS`), both reduced with ``cfg.agg``.
@@ -463,11 +498,3 @@ def policy_loss(logp: Tensor, old_logp: Tensor | None, ref_logp: Tensor | None, 
             "n_tokens": float(m.sum()),
         }
     return loss, stats
-
-
-def __getattr__(name: str):
-    if name == "kl_coef_at":  # it moved to workbench.rl.config; still importable from here
-        from workbench.rl.config import kl_coef_at
-
-        return kl_coef_at
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
