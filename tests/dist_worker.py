@@ -27,10 +27,10 @@ class TokenSumReward(Trainer):
         r = np.array([float(sum(t.response_ids) % 7) + 0.01 * t.sample_idx for t in self._trajs])
         return RewardTable({"total": r, "hash": r}, {}, {"hash": 1.0})
 
-    def _all_reduce_grads(self):
+    def reduce_grads(self):
         params = self.policy.trainable_parameters()
         self.local_grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
-        super()._all_reduce_grads()
+        super().reduce_grads()
         self.reduced_grads = [p.grad.detach().clone() for p in params]
 
 

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from workbench.data.example import Example
-from workbench.rl.train_config import CURRICULA
+
+#: Question orders (``TrainConfig.curriculum``): shuffled per epoch, fewer hops first, fewer sources first.
+CURRICULA = ("none", "hops", "sources")
 
 
 class DataStream:

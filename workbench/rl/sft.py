@@ -196,7 +196,7 @@ class SFTTrainer(Trainer):
         keep the correct, well-formed trajectories."""
         t0 = time.perf_counter()
         exs = self.questions.take(n)
-        trajs = self.roll_out(exs, seed=self._step_seed(0, 2))
+        trajs = self.roll_out(exs, seed=self.step_seed(0, 2))
         for t in trajs:
             t.meta["source"] = "rejection"
         kept = self._filter(trajs, "rejection")

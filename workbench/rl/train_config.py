@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.rl.config import LossConfig, get_loss_config
+from workbench.rl.data_stream import CURRICULA
 from workbench.rollout.engine import RolloutConfig
 
-CURRICULA = ("none", "hops", "sources")
 DEFAULT_PROTOCOL_KWARGS: dict[str, Any] = {"observation_mode": "chat"}
 
 

@@ -62,6 +62,7 @@ from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported
     write_step,
 )
 from workbench.rl.train_config import CURRICULA, TrainConfig  # noqa: F401 (re-exported: tests and notebooks import it here)
+from workbench.rl.update import run_update
 from workbench.rollout.engine import rollout
 from workbench.runs import Run, open_run
 from workbench.trajectory import Trajectory, save_trajectories
@@ -180,7 +181,9 @@ class Trainer:
         if self.rank == 0 and self.progress:
             print(msg, flush=True)
 
-    def _step_seed(self, step: int, round_: int = 0) -> int:
+    def step_seed(self, step: int, round_: int = 0) -> int:
+        """The seed of step ``step``'s draw ``round_`` on this process: every random draw of a step comes from
+        ``(seed, step, round, rank)``, so a resumed run draws what an uninterrupted one would."""
         return (self.config.seed * 1_000_003 + step * 1009 + round_ * 7919 + self.rank * 104_729) % (2**31 - 1)
 
     @property
@@ -288,7 +291,7 @@ class Trainer:
             r = len(rounds)
             exs = self.sample_questions(needed)
             t0 = time.perf_counter()
-            trajs = self.roll_out(exs, seed=self._step_seed(step, r))
+            trajs = self.roll_out(exs, seed=self.step_seed(step, r))
             secs["rollout"] += time.perf_counter() - t0
             t0 = time.perf_counter()
             feats = self.featurize(trajs, exs)
@@ -355,7 +358,7 @@ class Trainer:
     def _sum(self, values: Sequence[float]) -> list[float]:
         return all_reduce_sum(values, self.world_size)
 
-    def _all_reduce_grads(self) -> None:
+    def reduce_grads(self) -> None:
         """Sum the LoRA gradients over processes (each process's loss is already divided by the
         global token / sequence count, so the sum is the gradient of the whole batch)."""
         all_reduce_grads(list(self.policy.trainable_parameters()), self.world_size)
@@ -367,8 +370,6 @@ class Trainer:
     def update(self, batch: RLBatch, step: int | None = None) -> dict[str, float]:
         """Optimizer epochs over mini-batches, gradient accumulation over micro-batches
         (:func:`workbench.rl.update.run_update`: micro-batching, rollout mismatch, TIS, FLOPs)."""
-        from workbench.rl.update import run_update
-
         return run_update(self, batch, self.step + 1 if step is None else step)
 
     # ------------------------------------------------------------------ one step
@@ -422,7 +423,7 @@ class Trainer:
             return {}
         exs = exs[self.rank :: self.world_size]
         t0 = time.perf_counter()
-        trajs = self.roll_out(exs, seed=self._step_seed(0, 1), greedy=True, group_size=1)
+        trajs = self.roll_out(exs, seed=self.step_seed(0, 1), greedy=True, group_size=1)
         feats = self.featurize(trajs, exs)
         table = self.score(feats)
         r = table.total.astype(np.float64)

@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from workbench.rl.batch import RLBatch
+from workbench.rl.distributed import all_reduce_sum
 from workbench.rl.flops import backward_flops, forward_flops, model_shape, work_of
 from workbench.rl.losses import log_ratio, policy_loss, truncated_is_weights
 from workbench.rl.shared_prefix import common_prefix_len
 from workbench.rl.steplog import merge_micro_stats, summarize_updates
-
-if TYPE_CHECKING:
-    from workbench.rl.trainer import Trainer
 
 MICRO_BATCHING = ("sequential", "bucket", "shared_prefix")
 
@@ -96,7 +94,7 @@ class _Work:
 
 
 @torch.no_grad()
-def forward_no_grad(trainer: Trainer, batch: RLBatch, ref: bool) -> Tensor:
+def forward_no_grad(trainer: Any, batch: RLBatch, ref: bool) -> Tensor:
     """Reference (adapter disabled) or current-policy logprobs of ``batch``, micro-batch by micro-batch."""
     out = torch.zeros_like(batch.old_logprobs)
     fn = trainer.policy.ref_logprobs if ref else trainer.policy.logprobs
@@ -127,8 +125,11 @@ def _merge_mismatch(acc: dict[str, float], st: dict[str, float]) -> None:
         acc[k] = max(acc.get(k, 0.0), v) if k == "diff_max" else acc.get(k, 0.0) + v
 
 
-def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
-    """Optimizer epochs over mini-batches, gradient accumulation over micro-batches; returns the stats."""
+def run_update(trainer: Any, batch: RLBatch, step: int) -> dict[str, float]:
+    """Optimizer epochs over mini-batches, gradient accumulation over micro-batches; returns the stats.
+
+    ``trainer``: a :class:`~workbench.rl.trainer.Trainer`, or anything with its ``config``, ``loss_cfg``, ``policy``,
+    ``optimizer``, ``world_size``, ``opt_step`` (advanced here), ``step_seed`` and ``reduce_grads``."""
     cfg, lc = trainer.config, trainer.loss_cfg
     secs = {"reference": 0.0, "old_logprobs": 0.0, "update": 0.0}
     min_rows = len(batch)
@@ -152,7 +153,7 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
         batch.old_logprobs = recomputed  # the policy's own logprobs (temperature-free) at sampling time
         secs["old_logprobs"] = time.perf_counter() - t0
     n_mini = min(lc.num_mini_batches, min_rows)
-    gen = torch.Generator().manual_seed(trainer._step_seed(step, 99))
+    gen = torch.Generator().manual_seed(trainer.step_seed(step, 99))
     acc: dict[str, list[float]] = {}
     work = _Work(model_shape(trainer.policy.base))
     tis: dict[str, float] = {"clipped": 0.0, "n": 0.0}
@@ -161,7 +162,7 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
     for _epoch in range(lc.ppo_epochs):
         minis = batch.mini_batches(n_mini, generator=gen if n_mini > 1 else None)
         for mb in minis:
-            gt, gs, gr = trainer._sum([mb.global_tokens, mb.global_seqs, len(mb)])
+            gt, gs, gr = all_reduce_sum([mb.global_tokens, mb.global_seqs, len(mb)], trainer.world_size)
             mb.global_tokens, mb.global_seqs = int(gt), int(gs)
             n_seqs = int(gr) if lc.empty_seqs == "count" else mb.global_seqs  # seq-mean denominators
             trainer.optimizer.zero_grad(set_to_none=True)
@@ -188,11 +189,11 @@ def run_update(trainer: Trainer, batch: RLBatch, step: int) -> dict[str, float]:
                 loss.backward()
                 merge_micro_stats(sums, st)
                 ent_sum += float((ent.detach() * micro.loss_mask).sum())
-            trainer._all_reduce_grads()
+            trainer.reduce_grads()
             gnorm = clip_grad_norm(trainer.policy.trainable_parameters(), cfg.grad_clip)
             trainer.optimizer.step()
             trainer.opt_step += 1
-            sums["entropy"] = trainer._sum([ent_sum])[0] / max(1, mb.global_tokens)
+            sums["entropy"] = all_reduce_sum([ent_sum], trainer.world_size)[0] / max(1, mb.global_tokens)
             sums["grad_norm"] = gnorm
             for k, v in sums.items():
                 acc.setdefault(k, []).append(v)
