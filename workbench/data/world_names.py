@@ -15,19 +15,21 @@ _LINKS = ("a", "e", "i", "o", "re", "ve", "la", "no", "ri", "so", "ta", "mi", "d
 _FEMALE = ("mora", "ina", "essa", "ia", "wyn", "ara", "ethe", "ise", "anne", "ora", "ela", "ith")
 _MALE = ("dor", "ran", "mar", "vik", "ton", "bert", "ric", "las", "tan", "win", "mund", "ek", "o")
 _SURNAME = ("quist", "holt", "ner", "wick", "sen", "ard", "ley", "mont", "ridge", "by", "ach", "ow", "ing", "er")
-_CITY = ("hollow", "mere", "ford", "wick", "haven", "stead", "burg", "dale", "port", "moor", "gate", "fell",
-         "brook", "ton", "mouth", "crest")  # fmt: skip
-_COUNTRY = ("via", "nia", "ria", "land", "mark", "stan", "lia", "ovia", "esse", "ara")
-_STATE = ("Republic of", "Kingdom of", "Federation of", "Grand Duchy of", "Commonwealth of")
-_UNI = ("{r} University", "University of {r}", "{r} Institute of Technology", "{r} College", "Royal Academy of {r}")
-_CO_KIND = ("Industries", "Holdings", "Works", "Systems", "Shipping", "Textiles", "Motors", "Foods", "Instruments",
-            "Press", "Mining", "Optics")  # fmt: skip
-_AWARD = ("{r} Prize", "{r} Medal", "Order of {r}", "{r} Award for Literature", "{r} Award for Physics",
-          "{r} Award for Cinema", "{r} Cross of Merit", "{r} Architecture Prize")  # fmt: skip
-_FILM = ("The {r} Affair", "Return to {r}", "{r} Nights", "The Last Days of {r}", "Shadows over {r}",
-         "The {r} Crossing", "A Winter in {r}", "The Ballad of {r}")  # fmt: skip
-_BOOK = ("The {r} Letters", "Songs of {r}", "A History of {r}", "{r}: A Chronicle", "The House at {r}",
-         "Notes from {r}", "The {r} Inheritance", "Letters to {r}")  # fmt: skip
+#: Endings of invented place names, then the forms of organisation and work names (``{r}``: an invented word).
+CITY_ENDINGS = ("hollow", "mere", "ford", "wick", "haven", "stead", "burg", "dale", "port", "moor", "gate", "fell",
+                "brook", "ton", "mouth", "crest")  # fmt: skip
+COUNTRY_ENDINGS = ("via", "nia", "ria", "land", "mark", "stan", "lia", "ovia", "esse", "ara")
+STATE_FORMS = ("Republic of", "Kingdom of", "Federation of", "Grand Duchy of", "Commonwealth of")
+UNIVERSITY_FORMS = ("{r} University", "University of {r}", "{r} Institute of Technology", "{r} College",
+                    "Royal Academy of {r}")  # fmt: skip
+COMPANY_KINDS = ("Industries", "Holdings", "Works", "Systems", "Shipping", "Textiles", "Motors", "Foods", "Instruments",
+                 "Press", "Mining", "Optics")  # fmt: skip
+AWARD_FORMS = ("{r} Prize", "{r} Medal", "Order of {r}", "{r} Award for Literature", "{r} Award for Physics",
+               "{r} Award for Cinema", "{r} Cross of Merit", "{r} Architecture Prize")  # fmt: skip
+FILM_FORMS = ("The {r} Affair", "Return to {r}", "{r} Nights", "The Last Days of {r}", "Shadows over {r}",
+              "The {r} Crossing", "A Winter in {r}", "The Ballad of {r}")  # fmt: skip
+BOOK_FORMS = ("The {r} Letters", "Songs of {r}", "A History of {r}", "{r}: A Chronicle", "The House at {r}",
+              "Notes from {r}", "The {r} Inheritance", "Letters to {r}")  # fmt: skip
 
 
 _UNSAYABLE = re.compile(r"[^aeiouy]{4,}|(.)\1\1|^[^aeiouy]{3}|ii|uu|yy|aa|ae[aeiou]|[aeiou]ae")
@@ -37,7 +39,7 @@ def _cap(w: str) -> str:
     return w[:1].upper() + w[1:]
 
 
-class _Namer:
+class Namer:
     """Invents words and names; every surface form (name or alias) is claimed once, case-insensitively."""
 
     def __init__(self, rng: random.Random):

@@ -15,15 +15,6 @@ ENTITY_TYPES = ("person", "city", "country", "university", "company", "film", "b
 QTYPES = ("1hop", "compositional", "comparison", "inference", "chain")
 #: Share of each question type (the brief's 20/35/15/10/20).
 QTYPE_SHARE = {"1hop": 0.20, "compositional": 0.35, "comparison": 0.15, "inference": 0.10, "chain": 0.20}
-#: Files of the KG and corpus written by :meth:`World.save` (then ``<split>.jsonl`` and ``world.json``).
-_KG_FILES = (
-    "wikidata5m_entity.txt",
-    "wikidata5m_relation.txt",
-    "wikidata5m_all_triplet.txt",
-    "qualifiers.jsonl",
-    "entity_types.tsv",
-    "corpus.jsonl",
-)
 #: Qualifier key of the year an award was received (Wikidata P585 "point in time").
 AWARD_YEAR = "P585 point in time"
 
@@ -73,7 +64,7 @@ SIGNATURES: dict[str, set[tuple[str, str]]] = {
     "P577": {("film", "value"), ("book", "value")},
 }
 
-_MONTHS = (
+MONTHS = (
     "January", "February", "March", "April", "May", "June",
     "July", "August", "September", "October", "November", "December",
 )  # fmt: skip
@@ -99,23 +90,23 @@ class Relation:
     aliases: list[str]
 
 
-def _forms(e: Entity) -> list[str]:
+def surface_forms(e: Entity) -> list[str]:
     return [e.name, *e.aliases]
 
 
-def _value_key(e: Entity) -> str:
+def value_key(e: Entity) -> str:
     """Sortable form of a value entity: ISO date (``1872-03-14``) or the year."""
     return next((a for a in e.aliases if _ISO_RE.match(a)), e.name)
 
 
-def _year_of(e: Entity) -> int:
-    return int(_value_key(e)[:4])
+def year_of(e: Entity) -> int:
+    return int(value_key(e)[:4])
 
 
-def _mentions(text: str, e: Entity) -> bool:
+def mentions(text: str, e: Entity) -> bool:
     """Whether ``text`` names ``e`` (canonical name or an alias, as whole words, any case)."""
     low = text.lower()
-    for form in _forms(e):
+    for form in surface_forms(e):
         f = form.lower()
         if f in low and re.search(r"(?<![\w])" + re.escape(f) + r"(?![\w])", low):
             return True

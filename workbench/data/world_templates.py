@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class _Tpl:
+class Template:
     name: str
     qtype: str
     anchor: str
@@ -23,12 +23,12 @@ class _Tpl:
     """For ``comparison`` questions: ``earlier`` (smaller value wins) or ``same`` (yes/no)."""
 
 
-def _t(name, qtype, anchor, path, text, **kw) -> _Tpl:
-    return _Tpl(name, qtype, anchor, tuple((r, t) for r, t in path), text, **kw)
+def _t(name, qtype, anchor, path, text, **kw) -> Template:
+    return Template(name, qtype, anchor, tuple((r, t) for r, t in path), text, **kw)
 
 
 _N = None
-TEMPLATES: tuple[_Tpl, ...] = (
+TEMPLATES: tuple[Template, ...] = (
     # 1hop
     _t("birthplace", "1hop", "person", [("P19", _N)], "Where was {a} born?"),
     _t("birthdate", "1hop", "person", [("P569", _N)], "When was {a} born?"),
@@ -118,7 +118,7 @@ TEMPLATES: tuple[_Tpl, ...] = (
 )  # fmt: skip
 
 
-def _sub_question(rel: str, head: str, head_type: str, tail_type: str, award: str = "") -> str:
+def sub_question(rel: str, head: str, head_type: str, tail_type: str, award: str = "") -> str:
     """One hop as a question about ``head``."""
     if rel == "P166":
         return f"In what year did {head} receive the {award}?"
