@@ -12,6 +12,7 @@ tests/conftest.py).
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -249,6 +250,52 @@ def test_one_megabyte_parses_quickly():
     t0 = time.perf_counter()
     run_plan(plan, _registry("x"))[1].render()
     assert time.perf_counter() - t0 < 10
+
+
+# --------------------------------------------------------------------------- the retrieval server (issue 32)
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+                     lambda c: st.lists(c, max_size=6) | st.dictionaries(st.text(max_size=12), c, max_size=6),
+                     max_leaves=40)
+_QUERY = st.one_of(st.text(max_size=200), st.sampled_from(HOSTILE), st.just("x" * 5000))
+_FIELDS = st.fixed_dictionaries(
+    {}, optional={"queries": st.one_of(st.lists(_QUERY, max_size=40), _JSON), "topk": st.one_of(
+        st.integers(-(10**30), 10**30), _JSON), "return_scores": _JSON, "return_meta": _JSON, "entities": _JSON,
+        "relations": _JSON, "query": _JSON, "plan": st.one_of(st.text(max_size=400), _JSON)})
+_BODIES = st.one_of(
+    _FIELDS.map(lambda d: json.dumps(d).encode()),
+    _JSON.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=2000),
+    st.integers(1, 200_000).map(lambda n: b'{"queries": ' + b"[" * n + b"]" * n + b"}"),  # deep nesting
+    st.integers(1, 200_000).map(lambda n: b'{"queries": ["' + b"\\ud800" * n + b'"]}'),  # lone surrogates
+)
+
+
+@pytest.fixture(scope="module")
+def retrieval_server(world):
+    httpx = pytest.importorskip("httpx")
+    from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app
+
+    app = create_app(RetrievalService.from_passages(world.passages, world=world), api_key="fuzz-key",
+                     read_timeout_s=10)
+    with ServerThread(app) as s, httpx.Client(timeout=60) as client:
+        yield s.url, client
+
+
+@FUZZ
+@given(path=st.sampled_from(["/retrieve", "/kg", "/plan", "/health", "/retrieve/", "/docs", "/openapi.json", "/x"]),
+       method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT"]), body=_BODIES,
+       kind=st.sampled_from(["application/json", "application/x-www-form-urlencoded", "text/plain", None]),
+       auth=st.sampled_from(["Bearer fuzz-key", "Bearer fuzz-key", "Bearer wrong", "fuzz-key", None]))
+def test_retrieval_server_answers_every_request_without_5xx(retrieval_server, path, method, body, kind, auth):
+    """Malformed, oversized, deeply nested, mistyped and unauthenticated requests to every endpoint get a 2xx or a
+    4xx with a JSON message, never a 5xx or a traceback (the probes of issue 32; ``make fuzz`` runs 2,000)."""
+    url, client = retrieval_server
+    headers = {k: v for k, v in (("content-type", kind), ("authorization", auth)) if v is not None}
+    r = client.request(method, url + path, content=body, headers=headers)
+    assert r.status_code < 500 and "Traceback" not in r.text, (r.status_code, r.text[:300])
+    if r.status_code >= 400:
+        assert r.headers["content-type"].startswith("application/json"), r.text[:300]
 
 
 # --------------------------------------------------------------------------- the boundaries (engine, saving)

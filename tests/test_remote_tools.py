@@ -277,3 +277,36 @@ def test_eval_with_retrieval_url_refuses_a_tool_the_server_lacks(tmp_path, token
         with pytest.raises(ValueError, match="'kg' tool.*has none"):
             run_eval("dynasearcher", "world", ScriptedBackend(tokenizer, ["<answer> x </answer>"]),
                      out=tmp_path, limit=1, split="dev", progress=False, log=None, retrieval_url=s.url)
+
+
+def test_verls_agent_loop_sends_the_api_key():
+    """``WorkbenchAgentLoop``'s ``retrieval_api_key`` (or ``$WORKBENCH_RETRIEVAL_API_KEY`` in the worker) reaches a
+    keyed ``serve-retrieval``; without it the searches are failed tool calls naming the key (issue 32)."""
+    from tests.verl_env import STAMP, VERL_PYTHON, run_in_verl
+
+    if not (VERL_PYTHON.exists() and STAMP.exists()):
+        pytest.skip("needs verl's own environment .venv-verl (build it with `make verl-env`)")
+    code = """
+import json, os
+from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app
+from workbench.integrations.verl.agent_loop import _protocol_and_toolbox
+from workbench.tools.base import Passage
+app = create_app(RetrievalService.from_passages([Passage("p1", "Ulm", "The Ulm river.")], kg=False, plan=False),
+                 api_key="verl-key")
+out = {}
+with ServerThread(app) as s:
+    for case, key in (("config", "verl-key"), ("none", None)):
+        _, tb = _protocol_and_toolbox("search_r1", None, "world", "bm25", s.url, key)
+        call = tb.call("search", query="Ulm", k=1)
+        out[case] = [call.ok, call.error]
+    os.environ["WORKBENCH_RETRIEVAL_API_KEY"] = "verl-key"
+    _protocol_and_toolbox.cache_clear()
+    _, tb = _protocol_and_toolbox("search_r1", None, "world", "bm25", s.url, None)
+    out["env"] = [tb.call("search", query="Ulm", k=1).ok, None]
+print(json.dumps(out))
+"""
+    proc = run_in_verl(["-c", code], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["config"][0] and out["env"][0]
+    assert not out["none"][0] and "401" in out["none"][1] and "WORKBENCH_RETRIEVAL_API_KEY" in out["none"][1]

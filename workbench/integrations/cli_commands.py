@@ -5,44 +5,113 @@ from __future__ import annotations
 import argparse
 import logging
 
+from workbench.tools.remote import API_KEY_ENV
+
 # --------------------------------------------------------------------------- serve-retrieval
 
 
 def serve_retrieval_args(p: argparse.ArgumentParser) -> None:
+    from workbench.integrations import retrieval_server as rs
+
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
         "examples:\n"
         "  workbench serve-retrieval                          # BM25 over the world, plus /kg and /plan\n"
         "  workbench serve-retrieval --corpus wiki-18.jsonl --port 8000\n"
         "  workbench serve-retrieval --corpus wiki-18.jsonl --index-dir /data/wiki18-bm25   # 21M passages, mmap\n"
-        "  curl -s 127.0.0.1:8000/retrieve -d '{\"queries\": [\"who founded x\"], \"topk\": 3, \"return_scores\": true}'\n"
-        "Search-R1's retrieval_service_url / verl's search tool take http://127.0.0.1:PORT/retrieve unchanged."
+        "  curl -s 127.0.0.1:8000/retrieve -H 'Content-Type: application/json' \\\n"
+        "       -d '{\"queries\": [\"who founded x\"], \"topk\": 3, \"return_scores\": true}'\n"
+        f"  {API_KEY_ENV}=$(openssl rand -hex 16) workbench serve-retrieval --host 0.0.0.0 --allow-remote\n"
+        f"  curl -s HOST:8000/retrieve -H \"Authorization: Bearer ${API_KEY_ENV}\" -H 'Content-Type: application/json' "
+        "-d '{\"queries\": [\"x\"]}'\n"
+        "Search-R1's retrieval_service_url / verl's search tool take http://127.0.0.1:PORT/retrieve unchanged.\n"
+        f"Clients of the workbench (eval --retrieval-url, verl's agent loop) send ${API_KEY_ENV} as the bearer token."
     )
     p.add_argument("--corpus", default="world", help="'world' (passages and graph) or a corpus file: FlashRAG JSONL "
                    "{id, contents} or any layout load_corpus reads (default: %(default)s)")
     p.add_argument("--retriever", default="bm25", choices=("bm25", "dense"), help="(default: %(default)s)")
     p.add_argument("--encoder", default=None, help="dense encoder path or name (default: the bundled MiniLM)")
-    p.add_argument("--limit", type=int, default=None, help="first N passages of the corpus only")
+    p.add_argument("--limit", type=int, default=None, help="first N passages of the corpus only (N >= 1)")
     p.add_argument("--index-dir", default=None, metavar="DIR", help="a sharded, memory-mapped BM25 index (for "
                    "wiki-18's 21M passages): built in DIR from --corpus the first time (streaming), then loaded")
     p.add_argument("--shard-size", type=int, default=1_000_000, help="passages per shard of --index-dir (default: %(default)s)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s; 0.0.0.0 exposes it)")
-    p.add_argument("--port", type=int, default=8000, help="(default: %(default)s)")
-    p.add_argument("--topk", type=int, default=3, help="topk when a request gives none (default: %(default)s, Search-R1)")
-    p.add_argument("--max-topk", type=int, default=100, help="larger topk is refused with 422 (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, this machine only; "
+                   "another address needs --allow-remote and an API key)")
+    p.add_argument("--port", type=int, default=8000, help="0..65535; 0 picks a free port, logged (default: %(default)s)")
+    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (then an API key is "
+                   "required: every endpoint but /health answers 401 without it)")
+    p.add_argument("--api-key", default=None, metavar="KEY", help=f"bearer token clients must send (Authorization: "
+                   f"Bearer KEY); default ${API_KEY_ENV}, which is better: a flag shows in `ps`")
+    p.add_argument("--docs", action="store_true", help="serve FastAPI's /docs, /redoc and /openapi.json pages (off by default)")
+    p.add_argument("--topk", type=int, default=3, help="topk when a request gives none, 1..--max-topk (default: %(default)s, Search-R1)")
+    p.add_argument("--max-topk", type=int, default=rs.MAX_TOPK, help="larger topk is refused with 422 (default: %(default)s)")
+    p.add_argument("--max-hits", type=int, default=rs.MAX_HITS, help="queries x topk one request may ask for; more is "
+                   "refused with 422 saying how to split it (default: %(default)s)")
+    p.add_argument("--max-response-mb", type=float, default=rs.MAX_RESPONSE_BYTES / 2**20, help="largest response; "
+                   "a bigger result is refused with 422 (default: %(default)g)")
+    p.add_argument("--read-timeout", type=float, default=rs.READ_TIMEOUT_S, metavar="S", help="seconds a request's "
+                   "body has to arrive in once its head has; else 408 and the connection closes (default: %(default)g)")
+    p.add_argument("--idle-timeout", type=float, default=rs.IDLE_TIMEOUT_S, metavar="S", help="seconds a connection "
+                   "may stay open with no request in progress, before its first request and between requests "
+                   "(default: %(default)g)")
+
+
+def check_serve_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> str | None:
+    """Validate ``serve-retrieval``'s flags before anything loads; the API key to require (None: no key).
+    Each problem is a ValueError of one line naming the flag and the fix."""
+    import os
+
+    from workbench.http_stack import is_loopback
+
+    env = os.environ if env is None else env
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port} is not a TCP port: use 1..65535, or 0 for any free port")
+    if args.max_topk < 1:
+        raise ValueError(f"--max-topk {args.max_topk}: must be >= 1 (100 is Search-R1's largest)")
+    if not 1 <= args.topk <= args.max_topk:
+        raise ValueError(f"--topk {args.topk}: the default topk must be 1..--max-topk ({args.max_topk})")
+    if args.max_hits < args.topk:
+        raise ValueError(f"--max-hits {args.max_hits}: must be >= --topk ({args.topk}), or no request is served")
+    for flag, v in (("--limit", args.limit), ("--shard-size", args.shard_size)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} {v}: must be >= 1")
+    for flag, v in (("--read-timeout", args.read_timeout), ("--idle-timeout", args.idle_timeout),
+                    ("--max-response-mb", args.max_response_mb)):
+        if not v > 0:
+            raise ValueError(f"{flag} {v:g}: must be > 0")
+    key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV) or None
+    if key is not None and (not key.strip() or any(c.isspace() or not c.isprintable() for c in key)):
+        raise ValueError(f"the API key (--api-key or ${API_KEY_ENV}) must be printable with no spaces, e.g. "
+                         "`openssl rand -hex 16`")
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            raise ValueError(f"refusing to serve on {args.host!r}, which is not a loopback address: anyone who can "
+                             "reach it could use the server. Keep the default 127.0.0.1 (e.g. through an SSH tunnel), "
+                             f"or pass --allow-remote with an API key (${API_KEY_ENV})")
+        if key is None:
+            raise ValueError(f"--host {args.host} --allow-remote needs an API key: set ${API_KEY_ENV} (e.g. "
+                             "`openssl rand -hex 16`) or pass --api-key, and give it to the clients")
+    return key
 
 
 def serve_retrieval(args: argparse.Namespace) -> int:
-    import uvicorn
+    from workbench.integrations.retrieval_server import create_app, load_service, serve_forever
 
-    from workbench.integrations.retrieval_server import create_app, load_service
-
+    key = check_serve_args(args)
+    log = logging.getLogger(__name__)
     service = load_service(args.corpus, args.retriever, limit=args.limit, encoder=args.encoder,
                            index_dir=args.index_dir, shard_size=args.shard_size)
-    app = create_app(service, default_topk=args.topk, max_topk=args.max_topk)
-    logging.getLogger(__name__).warning("serving %d passages (%s) on http://%s:%d/retrieve", service.n_passages,
-                                        args.retriever, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    app = create_app(service, default_topk=args.topk, max_topk=args.max_topk, max_hits=args.max_hits,
+                     max_response_bytes=int(args.max_response_mb * 2**20), api_key=key, docs=args.docs,
+                     read_timeout_s=args.read_timeout)
+
+    def bound(url: str) -> None:
+        log.warning("serving %d passages (%s) on %s/retrieve%s", service.n_passages, args.retriever, url,
+                    " (API key required)" if key else "")
+        if args.allow_remote:
+            log.warning("reachable from other machines: every endpoint but /health needs the API key")
+
+    serve_forever(app, args.host, args.port, idle_timeout_s=args.idle_timeout, on_bound=bound)
     return 0
 
 

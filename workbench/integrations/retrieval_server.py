@@ -13,22 +13,40 @@ Richer endpoints over the same data: ``POST /kg`` (``entities``, ``relations``, 
 the world's graph), ``POST /plan`` (``plan``: an NL-DAG plan text → one record per node, executed over
 the multi-source registry), ``GET /health``.
 
-Requests that arrive together are searched in one ``bm25s`` call: each ``/retrieve`` puts its
-queries on an asyncio queue; one worker takes everything queued (up to ``max_batch`` queries),
-runs a single ``search_batch`` in a thread, and answers each request with its slice.
+Requests that arrive together are searched in one ``bm25s`` call per round: each ``/retrieve`` queues its
+queries; one worker builds a round of up to ``max_batch`` queries by taking ``chunk`` queries from each waiting
+request in turn (round-robin), runs a single ``search_batch`` in a thread, and answers each request once all its
+chunks are done. So a one-query request joins the next round whatever big requests are queued before it.
+
+Limits, for a server other people (or other people's jobs) can reach: a request may ask for at most
+``max_hits`` hits (queries × topk) and get at most ``max_response_bytes`` back (else 422, with the fix); its
+body must arrive within ``read_timeout_s`` (408) and connections with no request in progress close after
+``idle_timeout_s`` (``workbench.http_stack``). With ``api_key`` every endpoint but ``/health`` needs
+``Authorization: Bearer <key>`` (401); ``workbench serve-retrieval`` refuses a non-loopback ``--host``
+without ``--allow-remote`` and a key. The ``/docs``, ``/redoc`` and ``/openapi.json`` pages are off unless
+``docs=True``. Responses are encoded off the event loop, one row at a time.
 
     >>> app = create_app(RetrievalService.from_passages(passages))     # doctest: +SKIP
-    >>> uvicorn.run(app, host="127.0.0.1", port=8000)                 # doctest: +SKIP
+    >>> serve_forever(app, "127.0.0.1", 8000)                          # doctest: +SKIP
 """
 
 
 import asyncio
+import json
 import logging
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.http_stack import BodyGuard, ServerThread  # noqa: F401 - ServerThread re-exported
+from workbench.http_stack import (  # noqa: F401 - ServerThread and serve_forever re-exported
+    IDLE_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    BearerAuth,
+    BodyGuard,
+    ServerThread,
+    serve_forever,
+)
 from workbench.textsafe import clean_text
 from workbench.tools.base import Hit, Passage
 
@@ -38,6 +56,15 @@ log = logging.getLogger(__name__)
 MAX_TOPK = 100
 MAX_QUERIES = 1024
 MAX_QUERY_CHARS = 4096
+MAX_HITS = 10_240
+"""Hits one request may ask for, queries × topk (1,024 queries × topk 10, or 102 × 100): 1,024 × 100 took seconds
+and 20–50 MB of JSON, and a round-robin round is only as fair as its requests are bounded."""
+MAX_RESPONSE_BYTES = 16 << 20
+MAX_BODY_BYTES = 8 << 20
+MAX_BUFFERED_BYTES = 64 << 20
+"""Unfinished request bodies held at once, over all connections (a real request is a few KB)."""
+INLINE_HITS = 256
+"""Results up to this many hits are encoded on the event loop (a thread hop costs more than they do)."""
 
 
 def document(h: Hit | Passage) -> dict[str, str]:
@@ -76,61 +103,121 @@ class RetrievalService:
         return [self.search(q, k) for q in queries]
 
 
-class BatchQueue:
-    """Coalesces concurrent ``/retrieve`` requests into one ``search_batch`` call per round."""
+@dataclass(eq=False)
+class _Job:
+    """One request's queries: ``taken`` of them are in a round already; ``hits`` fill in as rounds finish."""
 
-    def __init__(self, service: RetrievalService, max_batch: int = 256):
-        self.service, self.max_batch = service, max_batch
-        self._queue: asyncio.Queue | None = None
+    queries: list[str]
+    k: int
+    fut: asyncio.Future
+    taken: int = 0
+    hits: list[list[Hit]] = field(default_factory=list)
+
+
+class BatchQueue:
+    """Searches concurrent ``/retrieve`` requests in shared rounds, fairly (see the module docstring).
+
+    Args:
+        max_batch: queries per ``search_batch`` call (one round).
+        chunk: queries a request puts in a round per turn of the round-robin.
+    """
+
+    def __init__(self, service: RetrievalService, max_batch: int = 256, chunk: int = 32):
+        if max_batch < 1 or chunk < 1:
+            raise ValueError(f"BatchQueue: max_batch and chunk must be >= 1, got {max_batch} and {chunk}")
+        self.service, self.max_batch, self.chunk = service, max_batch, chunk
+        self._pending: deque[_Job] = deque()
+        self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self.batches = 0  # number of search_batch calls, for tests and /health
         self.queries = 0
 
     async def search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        if self._wake is None:
+            self._wake = asyncio.Event()
         if self._worker is None or self._worker.done():
-            self._worker = asyncio.get_running_loop().create_task(self._run())
-        fut = asyncio.get_running_loop().create_future()
-        await self._queue.put((queries, k, fut))
-        return await fut
+            self._worker = loop.create_task(self._run())
+        job = _Job(list(queries), k, loop.create_future())
+        self._pending.append(job)
+        self._wake.set()
+        return await job.fut  # cancelled when the client leaves: its remaining chunks are dropped
+
+    def next_round(self) -> list[tuple[_Job, int, int]]:
+        """``(job, start, end)`` slices of up to ``max_batch`` queries: ``chunk`` from each waiting request in turn;
+        a request with queries left goes to the back of the line."""
+        parts, n = [], 0
+        while self._pending and n < self.max_batch:
+            job = self._pending.popleft()
+            if job.fut.done():  # the client left, or an earlier round failed it
+                continue
+            take = min(self.chunk, len(job.queries) - job.taken, self.max_batch - n)
+            parts.append((job, job.taken, job.taken + take))
+            job.taken += take
+            n += take
+            if job.taken < len(job.queries):
+                self._pending.append(job)
+        return parts
 
     async def _run(self) -> None:
-        assert self._queue is not None
+        assert self._wake is not None
         loop = asyncio.get_running_loop()
         while True:
-            items = [await self._queue.get()]
+            if not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
             await asyncio.sleep(0)  # let requests that arrived in the same tick enqueue
-            n = len(items[0][0])
-            while not self._queue.empty() and n < self.max_batch:
-                item = self._queue.get_nowait()
-                items.append(item)
-                n += len(item[0])
-            queries = [q for qs, _, _ in items for q in qs]
-            k = max(kk for _, kk, _ in items)
+            parts = self.next_round()
+            if not parts:
+                continue
+            queries = [q for job, a, b in parts for q in job.queries[a:b]]
+            k = max(job.k for job, _, _ in parts)
             try:
                 hits = await loop.run_in_executor(None, self.service.search_batch, queries, k)
             except Exception as e:  # a failing search fails these requests, not the server
                 log.exception("search_batch failed")
-                for _, _, fut in items:
-                    if not fut.done():
-                        fut.set_exception(e)
+                for job, _, _ in parts:
+                    if not job.fut.done():
+                        job.fut.set_exception(e)
                 continue
             self.batches += 1
             self.queries += len(queries)
             i = 0
-            for qs, kk, fut in items:
-                if not fut.done():
-                    fut.set_result([h[:kk] for h in hits[i : i + len(qs)]])
-                i += len(qs)
+            for job, a, b in parts:
+                job.hits.extend(h[: job.k] for h in hits[i : i + b - a])
+                i += b - a
+                if b == len(job.queries) and not job.fut.done():
+                    job.fut.set_result(job.hits)
+
+
+def encode_result(rows: list[list[Hit]], scores: bool, meta: bool, max_bytes: int) -> bytes | None:
+    """``{"result": [...]}`` as JSON bytes, one row at a time (other threads and the event loop run between
+    rows); None as soon as it would pass ``max_bytes``."""
+    def doc(h: Hit) -> dict[str, Any]:
+        d = document(h)
+        return {**d, "title": h.title, "text": h.text, "source": h.source} if meta else d
+
+    out, n = [b'{"result": ['], 12
+    for i, row in enumerate(rows):
+        items = [{"document": doc(h), "score": float(h.score)} for h in row] if scores else [doc(h) for h in row]
+        b = (b"," if i else b"") + json.dumps(items, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        n += len(b)
+        if n > max_bytes:
+            return None
+        out.append(b)
+    out.append(b"]}")
+    return b"".join(out)
 
 
 def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: int = MAX_TOPK,
-               max_queries: int = MAX_QUERIES, max_batch: int = 256, max_body_bytes: int = 8 << 20) -> Any:
+               max_queries: int = MAX_QUERIES, max_batch: int = 256, max_body_bytes: int = MAX_BODY_BYTES,
+               max_hits: int = MAX_HITS, max_response_bytes: int = MAX_RESPONSE_BYTES, api_key: str | None = None,
+               docs: bool = False, read_timeout_s: float | None = READ_TIMEOUT_S,
+               max_buffered_bytes: int | None = MAX_BUFFERED_BYTES) -> Any:
     """The FastAPI app. Bad requests get 4xx with a message (FastAPI's 422 for missing or mistyped fields)."""
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from pydantic import BaseModel, Field
 
     class QueryRequest(BaseModel):
@@ -150,38 +237,55 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
     class PlanRequest(BaseModel):
         plan: str = Field(min_length=1, max_length=16 * MAX_QUERY_CHARS)
 
-    app = FastAPI(title="workbench retrieval server", version="1")
+    pages = {} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="workbench retrieval server", version="1", **pages)
     queue = BatchQueue(service, max_batch=max_batch)
     app.state.queue = queue
+    limits = {"max_topk": max_topk, "max_queries": max_queries, "max_hits": max_hits,
+              "max_response_bytes": max_response_bytes, "max_body_bytes": max_body_bytes,
+              "read_timeout_s": read_timeout_s}
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
                   for e in exc.errors()]
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors) or "invalid request"
+        kind = request.headers.get("content-type", "")
+        if "json" not in kind.lower():
+            msg = f"send the body as JSON with Content-Type: application/json (got {kind or 'none'!r}); {msg}"
         return JSONResponse({"error": msg, "detail": errors}, status_code=422)
 
-    app.add_middleware(BodyGuard, max_bytes=max_body_bytes, error=lambda status, msg: {"error": msg})
+    error = lambda status, msg: {"error": msg}  # noqa: E731 - the shape Search-R1 clients read
+    app.add_middleware(BodyGuard, max_bytes=max_body_bytes, error=error, read_timeout_s=read_timeout_s,
+                       max_buffered_bytes=max_buffered_bytes)
+    if api_key:  # outermost: checked before a body is read
+        app.add_middleware(BearerAuth, api_key=api_key, error=error)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "passages": service.n_passages, "retriever": service.retriever,
                 "kg": service.kg is not None, "plan": service.plan is not None, "batches": queue.batches,
-                "queries": queue.queries}
+                "queries": queue.queries, "auth": bool(api_key), "limits": limits}
 
     @app.post("/retrieve")
-    async def retrieve(req: QueryRequest) -> dict[str, Any]:
-        queries = [clean_text(q)[:MAX_QUERY_CHARS] for q in req.queries]
+    async def retrieve(req: QueryRequest) -> Any:
         k = req.topk or default_topk
+        if len(req.queries) * k > max_hits:
+            return JSONResponse({"error": f"{len(req.queries)} queries x topk {k} = {len(req.queries) * k} hits is "
+                                 f"over this server's {max_hits} per request: split the queries into requests of at "
+                                 f"most {max(1, max_hits // k)}, or ask for a smaller topk"}, status_code=422)
+        queries = [clean_text(q)[:MAX_QUERY_CHARS] for q in req.queries]
         try:
             hits = await queue.search(queries, k)
         except Exception as e:  # the search failed (logged by the queue): say why, keep the connection usable
             return JSONResponse({"error": f"search failed: {type(e).__name__}: {e}"}, status_code=500)
-        doc = (lambda h: {**document(h), "title": h.title, "text": h.text, "source": h.source}) if req.return_meta \
-            else document
-        if req.return_scores:
-            return {"result": [[{"document": doc(h), "score": float(h.score)} for h in row] for row in hits]}
-        return {"result": [[doc(h) for h in row] for row in hits]}
+        encode = (hits, req.return_scores, req.return_meta, max_response_bytes)
+        body = encode_result(*encode) if len(hits) * k <= INLINE_HITS else \
+            await asyncio.get_running_loop().run_in_executor(None, encode_result, *encode)
+        if body is None:
+            return JSONResponse({"error": f"the result is over this server's {max_response_bytes} bytes per response: "
+                                 "ask for fewer queries or a smaller topk per request"}, status_code=422)
+        return Response(body, media_type="application/json")
 
     @app.post("/kg")
     async def kg(req: KGRequest) -> dict[str, Any]:
@@ -216,6 +320,8 @@ def load_service(corpus: str | None = None, retriever: str = "bm25", *, limit: i
     """
     from workbench.tools.bm25_sharded import is_text_index
 
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit}: the number of passages to serve must be >= 1 (or leave it out for all)")
     if index_dir is not None or (corpus and is_text_index(corpus)):
         return sharded_service(corpus, retriever, index_dir=index_dir, limit=limit, shard_size=shard_size)
     if corpus is None or corpus == "world":

@@ -312,7 +312,13 @@ class TrainConfig:
         p = Path(path)
         if not p.exists():
             raise FileNotFoundError(f"train config file not found: {p}")
-        text = p.read_text(encoding="utf-8")
+        if not p.is_file():
+            raise ValueError(f"--config {p} is a directory, not a file: pass a TrainConfig JSON or YAML file "
+                             "(e.g. my_run.yaml with `steps: 20`)")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--config {p} is not UTF-8 text (byte {e.start}): pass a TrainConfig JSON or YAML file") from None
         if p.suffix in (".yaml", ".yml"):
             import yaml
 

@@ -8,6 +8,10 @@ passage's ``title``, ``text`` and ``source``, so the hits equal the in-process s
 passage ids included), ``POST /kg`` and ``POST /plan``. :func:`remote_toolbox` builds the toolbox a
 protocol declares from it.
 
+A server started with an API key (``serve-retrieval --allow-remote``) wants ``Authorization: Bearer <key>``: the
+client sends ``api_key``, by default ``$WORKBENCH_RETRIEVAL_API_KEY`` (an environment variable, so the key is not
+written into run configs or shown in ``ps``).
+
 A failed request (server down, timeout, HTTP error, a body that is not the expected JSON) raises
 :class:`RemoteToolError` with the URL and the cause; the ``Toolbox`` records it as the tool call's
 ``error`` (a ``failed_tool`` in the features), as for any in-process tool failure. The only retry is one
@@ -20,12 +24,15 @@ resend when a kept-alive connection turns out to have been closed by the server.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from workbench.tools.base import Hit, Toolbox, Triple
 
 REMOTE_KINDS = ("search", "kg", "plan")
+API_KEY_ENV = "WORKBENCH_RETRIEVAL_API_KEY"
+"""The environment variable the clients read the server's API key from (``serve-retrieval`` reads it too)."""
 
 
 class RemoteToolError(RuntimeError):
@@ -51,14 +58,16 @@ class RemoteRetrieval:
     Args:
         url: ``http://host:port`` (a trailing ``/retrieve`` is accepted).
         timeout_s: per request; under the ``Toolbox``'s own timeout (30 s) so the client's message is the one recorded.
+        api_key: the server's bearer token (default ``$WORKBENCH_RETRIEVAL_API_KEY``; none if unset).
     """
 
-    def __init__(self, url: str, timeout_s: float = 20.0):
+    def __init__(self, url: str, timeout_s: float = 20.0, api_key: str | None = None):
         import httpx
 
         self.url = base_url(url)
         self.timeout_s = float(timeout_s)
-        self._client = httpx.Client(timeout=self.timeout_s)
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        self._client = httpx.Client(timeout=self.timeout_s, headers={"Authorization": f"Bearer {key}"} if key else None)
 
     def close(self) -> None:
         self._client.close()
@@ -85,6 +94,8 @@ class RemoteRetrieval:
         if r.status_code != 200:
             msg = (data.get("error") or data.get("detail")) if isinstance(data, dict) else None
             msg = msg or r.text[:200] or r.reason_phrase
+            if r.status_code == 401:
+                msg += f" (set ${API_KEY_ENV} to the key the server was started with)"
             raise RemoteToolError(f"{where} answered HTTP {r.status_code}: {msg}")
         if not isinstance(data, dict) or not isinstance(data.get("result"), list):
             raise RemoteToolError(f"{where} answered with a body that is not {{\"result\": [...]}} JSON: "
@@ -179,22 +190,26 @@ def remote_tools(client: RemoteRetrieval, kinds: Sequence[str]) -> dict[str, Any
     return {k: make[k]() for k in kinds}
 
 
-def remote_toolbox(protocol: Any, url: str, timeout_s: float = 20.0) -> Toolbox:
+def remote_toolbox(protocol: Any, url: str, timeout_s: float = 20.0, api_key: str | None = None) -> Toolbox:
     """The tools ``protocol`` (a name or a Protocol) declares, served by the retrieval server at ``url``."""
     from workbench.tools.toolbox import required_tools
 
-    return Toolbox(remote_tools(RemoteRetrieval(url, timeout_s=timeout_s), required_tools(protocol)))
+    return Toolbox(remote_tools(RemoteRetrieval(url, timeout_s=timeout_s, api_key=api_key), required_tools(protocol)))
 
 
-def check_server(url: str, needs: dict[str, Sequence[str]]) -> dict[str, Any]:
+def check_server(url: str, needs: dict[str, Sequence[str]], api_key: str | None = None) -> dict[str, Any]:
     """The ``/health`` of the retrieval server at ``url``, after checking it serves every tool in ``needs``
-    (``{method: tools it calls}``); a ValueError naming the method, the tool and the fix if not."""
-    client = RemoteRetrieval(url, timeout_s=10.0)
+    (``{method: tools it calls}``) and, when it wants an API key, that the client's key is accepted; a ValueError
+    naming the method, the tool (or the key) and the fix if not."""
+    client = RemoteRetrieval(url, timeout_s=10.0, api_key=api_key)
     try:
         health = client.health()
+        if isinstance(health, dict) and health.get("auth"):
+            client.post("/retrieve", {"queries": ["health check"], "topk": 1})  # 401 here, not at the first search
     except RemoteToolError as e:
-        raise ValueError(f"{e}: start `workbench serve-retrieval --corpus FILE --port PORT` and pass its "
-                         "address, or drop --retrieval-url to build the index here") from None
+        hint = "" if "HTTP 401" in str(e) else (": start `workbench serve-retrieval --corpus FILE --port PORT` and pass "
+                                                "its address, or drop --retrieval-url to build the index here")
+        raise ValueError(f"{e}{hint}") from None
     finally:
         client.close()
     if not isinstance(health, dict) or health.get("status") != "ok":

@@ -24,6 +24,7 @@ Configuration: an agent-loop config file (``actor_rollout_ref.rollout.agent.agen
       method: search_r1        # or protocol: <name>
       corpus: world            # 'world' or a corpus file (each rollout worker builds its own index)
       retrieval_url: http://127.0.0.1:8000   # optional: call `workbench serve-retrieval` instead (corpus unused)
+      retrieval_api_key: ${oc.env:WORKBENCH_RETRIEVAL_API_KEY,null}   # optional: its bearer token
 
 Not yet run on GPUs: tested on CPU with verl's own classes and a server-manager stand-in over our HF backend
 (:class:`BackendServerManager`), whose ids and masks equal the engine's for the same seed.
@@ -63,7 +64,7 @@ _STOP_WINDOW = 16  # tokens decoded from the end of a turn to find which stop st
 
 @functools.lru_cache(maxsize=4)
 def _protocol_and_toolbox(method: str | None, protocol: str | None, corpus: str, retriever: str,
-                          retrieval_url: str | None = None) -> tuple[Protocol, Toolbox]:
+                          retrieval_url: str | None = None, api_key: str | None = None) -> tuple[Protocol, Toolbox]:
     """The protocol and its toolbox, built once per rollout worker process (remote tools: one HTTP client)."""
     from workbench.tools.toolbox import build_toolbox
 
@@ -80,7 +81,7 @@ def _protocol_and_toolbox(method: str | None, protocol: str | None, corpus: str,
     if retrieval_url:
         from workbench.tools.remote import remote_toolbox
 
-        return proto, remote_toolbox(proto, retrieval_url)
+        return proto, remote_toolbox(proto, retrieval_url, api_key=api_key)
     if corpus == "world":
         from workbench.data.world import load_world
 
@@ -148,6 +149,7 @@ class WorkbenchAgentLoop(AgentLoopBase):
         corpus: ``world`` or a corpus file the toolbox searches.
         retrieval_url: ``http://host:port`` of a ``workbench serve-retrieval``: the protocol's tools call it
             (:mod:`workbench.tools.remote`) instead of building an index per worker; ``corpus`` is then unused.
+        retrieval_api_key: that server's bearer token (default: ``$WORKBENCH_RETRIEVAL_API_KEY`` in the worker).
         retriever: ``bm25`` or ``dense``.
         max_turns: policy turns per trajectory (default: ``multi_turn.max_assistant_turns``, else the engine's 4).
         max_new_tokens: tokens per policy turn (default: the engine's 256; never past ``response_length``).
@@ -156,12 +158,14 @@ class WorkbenchAgentLoop(AgentLoopBase):
     """
 
     def __init__(self, *args: Any, method: str | None = None, protocol: str | None = None, corpus: str = "world",
-                 retriever: str = "bm25", retrieval_url: str | None = None, max_turns: int | None = None,
-                 max_new_tokens: int | None = None, seed: int | None = None, tools: Any = None, **kwargs: Any):
+                 retriever: str = "bm25", retrieval_url: str | None = None, retrieval_api_key: str | None = None,
+                 max_turns: int | None = None, max_new_tokens: int | None = None, seed: int | None = None,
+                 tools: Any = None, **kwargs: Any):
         kwargs.pop("name", None)  # the config entry's own name
         super().__init__(*args, **kwargs)
         self.protocol, self.toolbox = _protocol_and_toolbox(method, protocol, str(corpus), retriever,
-                                                            str(retrieval_url) if retrieval_url else None)
+                                                            str(retrieval_url) if retrieval_url else None,
+                                                            str(retrieval_api_key) if retrieval_api_key else None)
         self.response_length = int(self.rollout_config.response_length)
         default = RolloutConfig()
         turns = max_turns or self.rollout_config.multi_turn.get("max_assistant_turns") or default.max_turns
