@@ -82,6 +82,7 @@ def main() -> None:
                     "--corpus world` instead: a burst of --burst requests, a small query behind two huge ones, "
                     "--held unfinished bodies (server RSS), --idle idle connections")
     ap.add_argument("--burst", type=int, default=1000)
+    ap.add_argument("--burst-repeats", type=int, default=3)
     ap.add_argument("--held", type=int, default=60)
     ap.add_argument("--idle", type=int, default=1100)
     ap.add_argument("--watch-s", type=float, default=60.0, help="how long to watch held and idle connections")
@@ -354,11 +355,12 @@ def hostile(args: argparse.Namespace) -> None:
         print(f"\nhostile probes, world corpus, {platform.machine()} {os.cpu_count()} cores, load "
               f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M')}; server args: {' '.join(extra) or '(defaults)'}")
         print(f"server RSS at start {rss0:.0f} MB; limits {limits or '(none reported)'}", flush=True)
-        cpu0, t0 = cpu_s(proc.pid), time.perf_counter()
-        lat, status = asyncio.run(burst(url, queries, args.burst, headers))
-        wall, cpu = time.perf_counter() - t0, cpu_s(proc.pid) - cpu0
-        print(f"{args.burst} concurrent one-query requests: p50 {pct(lat, 50):.0f} ms, p99 {pct(lat, 99):.0f} ms, "
-              f"statuses {status}; {wall:.1f} s wall, server CPU {cpu:.1f} s", flush=True)
+        for _ in range(args.burst_repeats):
+            cpu0, t0 = cpu_s(proc.pid), time.perf_counter()
+            lat, status = asyncio.run(burst(url, queries, args.burst, headers))
+            wall, cpu = time.perf_counter() - t0, cpu_s(proc.pid) - cpu0
+            print(f"{args.burst} concurrent one-query requests: p50 {pct(lat, 50):.0f} ms, p99 {pct(lat, 99):.0f} ms, "
+                  f"statuses {status}; {wall:.1f} s wall, server CPU {cpu:.1f} s", flush=True)
         behind = asyncio.run(small_behind_big(url, queries, big_q, big_k, headers))
         print(f"small query alone {behind['alone_ms']:.0f} ms; behind two {big_q} x topk {big_k} requests "
               f"{behind['behind_ms']:.0f} ms (big: {behind['big']} = status, bytes, s)", flush=True)

@@ -105,15 +105,31 @@ class BodyGuard:
             scope, receive, send)
 
     async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:
-        """The whole body, or None after replying with an error (or when the client left)."""
-        chunks, n = [], 0
-        deadline = None if self.read_timeout_s is None else time.monotonic() + self.read_timeout_s
+        """The whole body, or None after replying with an error (or when the client left).
+
+        The read timeout is one timer per request that cancels this task while it still waits for the body
+        (``asyncio.wait_for`` around each ``receive()`` costs a task per chunk)."""
+        chunks, n, reading, expired = [], 0, True, False
+        task = asyncio.current_task()
+
+        def expire() -> None:
+            nonlocal expired
+            if reading and task is not None:
+                expired = True
+                task.cancel()
+
+        timer = None if self.read_timeout_s is None else \
+            asyncio.get_running_loop().call_later(self.read_timeout_s, expire)
         try:
             while True:
                 try:
-                    msg = await (receive() if deadline is None else
-                                 asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic())))
-                except asyncio.TimeoutError:
+                    msg = await receive()
+                except asyncio.CancelledError:
+                    if not expired:
+                        raise
+                    reading = False
+                    if hasattr(task, "uncancel"):  # Python >= 3.11: this cancellation is handled here
+                        task.uncancel()
                     await self._reply(408, f"the request body did not arrive within {self.read_timeout_s:g} s "
                                       f"({n} bytes came)", scope, receive, send, close=True)
                     return None
@@ -123,17 +139,23 @@ class BodyGuard:
                 n += len(chunk)
                 self.buffered += len(chunk)
                 if n > self.max_bytes:
+                    reading = False
                     await self._reply(413, f"request body of more than {self.max_bytes} bytes", scope, receive, send,
                                       close=True)
                     return None
                 if self.max_buffered_bytes is not None and self.buffered > self.max_buffered_bytes:
+                    reading = False
                     await self._reply(503, f"the server holds {self.max_buffered_bytes} bytes of unfinished request "
                                       "bodies: retry later", scope, receive, send, close=True)
                     return None
                 chunks.append(chunk)
                 if not msg.get("more_body", False):
+                    reading = False
                     return b"".join(chunks)
         finally:
+            reading = False
+            if timer is not None:
+                timer.cancel()
             self.buffered -= n
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
