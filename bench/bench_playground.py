@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rubric import synthetic_features  # noqa: E402
 
 from widgets.playground import playground_features, reward_playground  # noqa: E402
-from workbench.rewards import PRESETS, counterfactual  # noqa: E402
+from workbench.methods import PRESETS  # noqa: E402
+from workbench.rewards import counterfactual  # noqa: E402
 
 #: The control moved for each preset (a numeric one where the preset has it).
 CONTROL = {

@@ -39,7 +39,7 @@ import time
 import torch
 
 from workbench.data.world import load_world
-from workbench.protocols import get_protocol
+from workbench.methods import get_protocol
 from workbench.rollout.backends import OpenAIBackend, SamplingParams
 from workbench.rollout.backends.base import encode_chat
 from workbench.rollout.backends.hf import HFBackend

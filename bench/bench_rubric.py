@@ -33,8 +33,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from workbench.methods import PRESETS, get_preset
 from workbench.rewards.counterfactual import counterfactual
-from workbench.rewards.presets import PRESETS, get_preset
 
 NAN = float("nan")
 

@@ -24,8 +24,8 @@ import pandas as pd
 
 def _features(n: int) -> pd.DataFrame:
     from workbench.data.example import Example
+    from workbench.methods import get_preset
     from workbench.rewards.features import compute_features
-    from workbench.rewards.presets import get_preset
     from workbench.rewards.run_rewards import add_rewards
     from workbench.tools.base import ToolCall
     from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn

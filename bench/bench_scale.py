@@ -327,7 +327,8 @@ def section_inspector(root: Path, repeat: int, max_items: int | None = None) -> 
 
 def section_playground(root: Path, repeat: int, max_items: int | None = None) -> dict[str, Any]:
     from widgets.playground import reward_playground
-    from workbench.rewards import counterfactual, get_preset
+    from workbench.methods import get_preset
+    from workbench.rewards import counterfactual
     from workbench.rewards.feature_io import load_features
     from workbench.runs import list_runs
 

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from workbench import methods as wm
+
 PHASES = ("time_rollout_s", "time_reward_s", "time_reference_s", "time_old_logprobs_s", "time_update_s", "time_step_s")
 
 
@@ -58,14 +60,14 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from workbench.rl.trainer import TrainConfig, Trainer
+    from workbench.rl.trainer import TrainConfig
 
     cfg = TrainConfig(preset=args.preset, reward=args.reward, steps=args.steps, questions_per_step=args.questions_per_step,
                       group_size=args.group_size, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                       protocol_kwargs={"observation_mode": "chat", "demo": "one_hop"}, save_every=0)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        tr = Trainer(cfg, run=d, progress=False)
+        tr = wm.trainer(cfg, run=d, progress=False)
         init = time.perf_counter() - t0
         tr.train()
         rows = tr.run.step_metrics()

@@ -32,13 +32,10 @@ class _UpdateOnly:
         self.world_size, self.opt_step = 1, 0
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr)
 
-    def _sum(self, values):
-        return list(values)
-
-    def _all_reduce_grads(self):
+    def reduce_grads(self):
         pass
 
-    def _step_seed(self, step, round_=0):
+    def step_seed(self, step, round_=0):
         return step * 1009 + round_
 
 
@@ -46,7 +43,7 @@ def make_batch(tokenizer, questions: int, group: int, seed: int = 0):
     import numpy as np
 
     from workbench.data.world import load_world
-    from workbench.protocols import get_protocol
+    from workbench.methods import get_protocol
     from workbench.rl.batch import build_batch
     from workbench.rollout.engine import build_prompt_ids
     from workbench.trajectory import POLICY, Trajectory, Turn

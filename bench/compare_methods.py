@@ -95,7 +95,7 @@ def main() -> None:
     try:
         params = json.loads(args.reward_params)
         if args.reward:
-            from workbench.rewards import get_preset
+            from workbench.methods import get_preset
 
             rubric = get_preset(args.reward, **params)  # a bad name or parameter fails here, before any run is read
     except (ValueError, KeyError, TypeError) as e:

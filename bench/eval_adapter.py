@@ -12,15 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 
+from workbench import methods as wm
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir")
     ap.add_argument("--splits", default="dev,test")
     args = ap.parse_args()
-    from workbench.rl.trainer import Trainer
 
-    tr = Trainer.resume(args.run_dir, progress=False)
+    tr = wm.resume(args.run_dir, progress=False)
     types = set(tr.config.question_types or [])
     held = [e for s in args.splits.split(",") for e in tr.world.split(s) if not types or e.qtype in types]
     tr.eval_examples = held

@@ -77,7 +77,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     turns = args.max_turns or method.paper.get("max_turns") or dict(method.train).get("max_turns") or 4
     config = RolloutConfig(max_turns=int(turns), max_new_tokens=args.max_new_tokens, seed=args.seed)
     rf = make_rollout_func(args.method, corpus=args.corpus, retriever=args.retriever, config=config, examples=train)
-    funcs, weights = to_trl(method.reward, rf.protocol, **dict(method.reward_params))
+    funcs, weights = to_trl(method.rubric(), rf.protocol)
     kw["reward_weights"] = weights
     return {"method": method, "examples": train, "dataset": trl_dataset(train, rf.protocol), "rollout_func": rf,
             "reward_funcs": funcs, "grpo": kw, "notes": notes, "rollout_config": config.to_dict()}

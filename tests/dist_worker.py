@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench.methods import run_parts
 from workbench.rewards.rubric import RewardTable
 from workbench.rl.trainer import TrainConfig, Trainer
 
@@ -39,7 +40,7 @@ def main(model_dir: str, out_dir: str) -> None:
     cfg = TrainConfig(model=model_dir, steps=1, questions_per_step=2, group_size=2, max_turns=1, max_new_tokens=6,
                       temperature=1.0, preset="grpo", loss_overrides={"kl_coef": 0.0}, lr=1e-2, save_every=0,
                       lora_r=4, lora_alpha=8, protocol_kwargs={"observation_mode": "chat", "few_shot": False})
-    tr = TokenSumReward(cfg, run=Path(out_dir) / "runs", progress=False)
+    tr = TokenSumReward(cfg, run_parts(cfg), run=Path(out_dir) / "runs", progress=False)
     tr.train_step()
     params = {k: v.detach().clone() for k, v in tr.policy.model.named_parameters() if v.requires_grad}
     torch.save({"rank": tr.rank, "world_size": tr.world_size, "local": tr.local_grads, "reduced": tr.reduced_grads,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.data.example import Example
-from workbench.protocols import get_protocol
+from workbench.methods import get_protocol
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.tools.base import Hit, Toolbox

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from workbench.eval.runner import evaluate
-from workbench.protocols import get_protocol
+from workbench.methods import get_protocol
 from workbench.rollout.engine import RolloutConfig
 from workbench.runs import open_run
 from workbench.tools.base import Toolbox

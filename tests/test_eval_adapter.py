@@ -65,13 +65,14 @@ def test_adapter_errors_are_one_line(tmp_path, capsys):
 
 
 def test_protocol_kwargs_go_over_each_methods_declaration():
-    from workbench.eval.config import EvalConfig
-    from workbench.eval.runner import resolve_method
+    from workbench.eval.config import EvalConfig, EvalEntry
 
-    cfg = EvalConfig(methods="search_r1,dynasearcher", protocol_kwargs='{"observation_mode": "chat"}')
-    for m in cfg.methods:
-        assert resolve_method(m, cfg.protocol_kwargs)[1].config()["observation_mode"] == "chat", m
-    assert resolve_method("search_r1")[1].config()["observation_mode"] == "inline"  # the declaration alone
+    cfg = EvalConfig(methods="search_r1,dynasearcher,direct", protocol_kwargs='{"observation_mode": "chat"}')
+    for e in cfg.entries:  # each method resolved once, its protocol built with the eval's arguments it takes
+        assert e.protocol.config()["observation_mode"] == "chat", e.label
+    assert EvalEntry.parse("search_r1").protocol.config()["observation_mode"] == "inline"  # the declaration alone
+    trained = EvalEntry.parse("search_r1+lora")
+    assert (trained.label, trained.method.name, trained.trained) == ("search_r1+lora", "search_r1", True)
     with pytest.raises(ValueError, match=r"\['top_kk'\] is taken by none of the methods search_r1"):
         EvalConfig(methods="search_r1", protocol_kwargs={"top_kk": 3})
     with pytest.raises(ValueError, match="not JSON"):

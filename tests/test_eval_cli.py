@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from workbench.cli import main
-from workbench.eval.config import EvalConfig, field_docs, valid_methods
+from workbench.eval.config import EvalConfig, field_docs
 from workbench.eval.runner import run_eval
+from workbench.methods import method_names as valid_methods
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.runs import list_runs
 

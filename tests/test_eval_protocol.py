@@ -10,7 +10,7 @@ import pytest
 
 from workbench.data.example import Example
 from workbench.eval.runner import evaluate, score, summarize
-from workbench.protocols import PROTOCOLS, get_protocol
+from workbench.methods import PROTOCOLS, get_protocol
 from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, free_text_answer
 from workbench.rewards.features import compute_features
 from workbench.rewards.metrics import comparison_options, demo_leak, in_context_answers, multi_option
@@ -209,9 +209,16 @@ def test_demo_leak_is_flagged_and_reported_per_method(tokenizer):
     assert feats["demo_leak"].tolist() == [1.0, 1.0, 0.0, 0.0]
 
 
-def test_trajectories_without_prompt_text_use_the_protocols_demonstrations():
-    t = Trajectory("t#0", "q1", EX[0].question, "vanilla_rag", [], answer="Beijing", finish_reason="answer")
+def test_trajectories_rebuilt_from_text_carry_the_protocols_prompt():
+    """A completion scored from text (TRL, verl) has no stored prompt: the protocol's own prompt for the question is
+    put back, so an answer copied from its demonstrations is still a demo leak."""
+    from workbench.rewards.export import trajectory_from_text
+
+    t = trajectory_from_text("Beijing", get_protocol("vanilla_rag"), EX[0])
+    assert "Beijing" in t.prompt_text
     assert compute_features([t], EX, encoder=False, cache=False).iloc[0]["demo_leak"] == 1.0
+    bare = Trajectory("t#0", "q1", EX[0].question, "vanilla_rag", [], answer="Beijing", finish_reason="answer")
+    assert compute_features([bare], EX, encoder=False, cache=False).iloc[0]["demo_leak"] == 0.0  # no prompt kept
 
 
 def test_baseline_demonstrations_do_not_answer_with_a_plausible_name():

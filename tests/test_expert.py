@@ -6,19 +6,11 @@ import dataclasses
 
 import pytest
 
+from workbench.eval.expert import write_expert_run
+from workbench.methods import METHODS as ALL_METHODS
+from workbench.methods import get_method
 from workbench.rewards.metrics import cover_exact_match
-from workbench.rl.expert import (
-    WRITERS,
-    Dropped,
-    Hop,
-    check_trace,
-    evidence_sentence,
-    expert_protocol,
-    expert_traces,
-    plan_expert,
-    run_expert,
-    write_expert_run,
-)
+from workbench.rl.expert import Dropped, Hop, check_trace, evidence_sentence, expert_traces, plan_expert, run_expert
 from workbench.tools.toolbox import build_toolbox
 from workbench.trajectory import OBSERVATION, POLICY
 
@@ -26,8 +18,18 @@ from workbench.trajectory import OBSERVATION, POLICY
 METHODS = ["search_r1", "dspo", "when_to_search", "rsearch_evidence", "dynasearcher", "rsearch_dag", "r1_searcher"]
 
 
+def expert_protocol(method: str, **overrides):
+    return get_method(method).training_protocol(**overrides)
+
+
+def writer(method: str):
+    return get_method(method).expert
+
+
 def test_every_writer_is_tested():
-    assert {expert_protocol(m).name for m in METHODS} == set(WRITERS)
+    with_writer = {id(m.expert) for m in ALL_METHODS.values() if m.expert is not None}
+    assert {id(writer(m)) for m in METHODS} == with_writer
+    assert all(m.expert is None for m in ALL_METHODS.values() if m.baseline)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def questions(world):
 def test_traces_for_every_protocol(method, world, tokenizer, questions):
     protocol = expert_protocol(method)
     toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
-    res = expert_traces(questions, protocol, toolbox, tokenizer, world, method=method)
+    res = expert_traces(questions, protocol, writer(method), toolbox, tokenizer, world, method=method)
     assert res.dropped == []
     assert len(res.trajectories) == len(questions)
     by_id = {e.id: e for e in questions}
@@ -75,10 +77,8 @@ def test_traces_for_every_protocol(method, world, tokenizer, questions):
 
 
 def test_protocol_is_the_training_one():
-    from workbench.rl.train_config import TrainConfig
-
     for m in METHODS:
-        cfg = TrainConfig.from_method(m)
+        cfg = get_method(m).train_config()
         assert expert_protocol(m).observation_mode == cfg.protocol_kwargs["observation_mode"]
     assert expert_protocol("search_r1", observation_mode="inline").observation_mode == "inline"
 
@@ -91,8 +91,8 @@ def test_unretrievable_hop_is_dropped_with_reason(world, tokenizer, questions):
     other = next(p.id for p in world.passages if not words & set(f"{p.title} {p.text}".lower().split()))
     bad = dataclasses.replace(ex, id=ex.id + "-moved", supporting_ids=[ex.supporting_ids[0], other])
     with pytest.raises(Dropped, match="hop 2: no query retrieves"):
-        plan_expert(bad, protocol, toolbox, world)
-    res = expert_traces([bad, ex], protocol, toolbox, tokenizer, world)
+        plan_expert(bad, protocol, writer("search_r1"), toolbox, world)
+    res = expert_traces([bad, ex], protocol, writer("search_r1"), toolbox, tokenizer, world)
     assert [d["example_id"] for d in res.dropped] == [bad.id] and res.dropped[0]["stage"] == "plan"
     assert res.yield_by_hops()["2"] == {"n": 2, "valid": 1, "yield": 0.5}
 
@@ -101,7 +101,7 @@ def test_check_trace_catches_a_wrong_answer_and_a_missing_passage(world, tokeniz
     protocol = expert_protocol("search_r1")
     toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
     ex = next(e for e in questions if e.hops == 1)
-    plan = plan_expert(ex, protocol, toolbox, world)
+    plan = plan_expert(ex, protocol, writer("search_r1"), toolbox, world)
     assert check_trace(run_expert(plan, protocol, toolbox, tokenizer), plan, protocol) == []
     wrong = dataclasses.replace(plan, answer="Nobody Atall")
     assert any("does not cover" in p for p in check_trace(run_expert(wrong, protocol, toolbox, tokenizer), wrong, protocol))
@@ -123,7 +123,7 @@ def test_expert_run_is_an_ordinary_run(world, tokenizer, questions, tmp_path):
 
     protocol = expert_protocol("search_r1")
     toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
-    res = expert_traces(questions[:3], protocol, toolbox, tokenizer, world, method="search_r1")
+    res = expert_traces(questions[:3], protocol, writer("search_r1"), toolbox, tokenizer, world, method="search_r1")
     run = open_run(write_expert_run(res, "search_r1", protocol, out=tmp_path).path)
     assert run.config["kind"] == "expert" and run.config["protocol_config"] == protocol.config()
     trajs = run.trajectories()

@@ -17,12 +17,11 @@ import pytest
 from workbench.data.example import Example
 from workbench.eval.filters import filter_trajectories
 from workbench.eval.runner import score, summarize
-from workbench.protocols import get_protocol
+from workbench.methods import get_preset, get_protocol
 from workbench.rewards.cache import FeatureCache
 from workbench.rewards.evidence import EvidenceScorer
 from workbench.rewards.features import FAILURE_COLUMNS, QUESTION_COLUMNS, compute_features, trajectory_failures
 from workbench.rewards.judges import YesNoJudge
-from workbench.rewards.presets import get_preset
 from workbench.rollout.backends import OpenAIBackend
 from workbench.rollout.backends.base import EOS, ERROR, Backend, ChatError, Generation
 from workbench.rollout.backends.scripted import ScriptedBackend

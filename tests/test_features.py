@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.data.example import Example
+from workbench.methods import get_preset
 from workbench.rewards import features as F
 from workbench.rewards.cache import cache_key
 from workbench.rewards.features import (
@@ -21,7 +22,6 @@ from workbench.rewards.features import (
     queries_concise,
     save_features,
 )
-from workbench.rewards.presets import get_preset
 from workbench.runs import Run
 from workbench.tools.base import Hit, ToolCall
 from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn

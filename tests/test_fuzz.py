@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.data.example import Example
-from workbench.protocols import get_protocol, protocol_names
+from workbench.methods import get_protocol, protocol_names
+from workbench.methods.dynasearcher.protocol import parse_search_request
 from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action
-from workbench.protocols.dynasearcher import parse_search_request
 from workbench.textsafe import clean_text, parse_json
 from workbench.tools.base import Hit, Toolbox, Triple
 from workbench.tools.dag import parse_plan, run_plan, validate

@@ -65,7 +65,7 @@ def test_stop_strings_end_generation(hf_backend):
 
 def test_prefix_cache_gives_the_same_rollout(policy, world):
     """Reusing KV caches across turns (and across a group's identical prompts) changes nothing."""
-    from workbench.protocols import get_protocol
+    from workbench.methods import get_protocol
     from workbench.rollout.backends.hf import HFBackend
     from workbench.rollout.engine import RolloutConfig, rollout
     from workbench.tools.base import Toolbox

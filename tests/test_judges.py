@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from workbench.data.example import Example
+from workbench.methods import get_preset
 from workbench.rewards.evidence import EVIDENCE_TEMPLATE, EvidenceScorer, extract_short_answer
 from workbench.rewards.features import FeatureCache, compute_features
 from workbench.rewards.judges import (
@@ -21,7 +22,6 @@ from workbench.rewards.judges import (
     parse_scaled_score,
     parse_yes_no,
 )
-from workbench.rewards.presets import get_preset
 from workbench.trajectory import POLICY, Trajectory, Turn
 
 NAN = float("nan")
@@ -268,7 +268,7 @@ def test_evidence_falls_back_to_the_base_model_with_a_warning():
 
 
 def test_empty_evidence_scores_zero_without_a_call_and_templates_agree():
-    from workbench.protocols.rsearch_evidence import EVIDENCE_TEMPLATE as PROTOCOL_TEMPLATE
+    from workbench.methods.rsearch_evidence.protocol import EVIDENCE_TEMPLATE as PROTOCOL_TEMPLATE
 
     assert PROTOCOL_TEMPLATE == EVIDENCE_TEMPLATE  # one template for the reward and R-Search-as-a-Tool
     llm = CountingLLM(lambda p: "Ada Quist")

@@ -151,7 +151,7 @@ def kg_run(world, kg, tokenizer, tmp_path_factory, one_thread):
     """DynaSearcher with scripted turns: on the first question it asks the KG for the first gold hop, on
     the second it answers without searching."""
 
-    from workbench.protocols import get_protocol
+    from workbench.methods import get_protocol
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig, rollout
     from workbench.runs import Run

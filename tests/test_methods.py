@@ -1,4 +1,5 @@
-"""Methods: one declaration per published system, discovered without a list, read by eval/train/toolbox."""
+"""Methods: one package per published system, each declaring the objects it is made of; listed by
+``workbench.methods``, read by eval/train/toolbox."""
 
 from __future__ import annotations
 
@@ -8,24 +9,27 @@ import pkgutil
 import pytest
 
 import workbench.methods as methods_pkg
+from workbench import methods as wm
 from workbench.cli import main
-from workbench.methods import Method, discover, get_method, method_names
-from workbench.rewards.needs import FeatureNeeds
-from workbench.rewards.presets import get_preset, preset_needs, preset_protocol
+from workbench.methods import Method, get_method, get_preset, method_names, preset_needs, preset_protocol
+from workbench.rewards.preset import FeatureNeeds
 
 NAMES = method_names()
 SEEDS = ("dynasearcher", "rsearch_evidence", "dspo", "rsearch_dag", "when_to_search")
 
 
-def test_every_module_is_discovered_and_registers_a_method():
-    modules = {i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if i.name != "base"}
-    registered_from = {type(m).__module__ for m in discover().values()}  # all Method; check modules below
-    assert registered_from == {"workbench.methods.base"}
+def test_every_package_is_listed_with_the_objects_it_declares():
     import sys
 
-    for mod in modules:
-        module = sys.modules[f"workbench.methods.{mod}"]
-        assert any(isinstance(v, Method) for v in vars(module).values()), f"{mod} registers no method"
+    packages = {i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if i.ispkg}
+    modules = {i.name for i in pkgutil.iter_modules(methods_pkg.__path__) if not i.ispkg}
+    assert modules == {"base"}, "a method is a package (workbench/methods/<paper>/), not a module"
+    listed = {m.name for pkg in packages for m in sys.modules[f"workbench.methods.{pkg}"].METHODS}
+    assert listed == set(wm.METHODS) == set(NAMES)
+    for m in wm.METHODS.values():
+        assert isinstance(m, Method) and isinstance(m.protocol, type)  # objects, not names to look up
+        assert m.reward is None or m.reward is wm.PRESETS[m.reward.name]
+        assert wm.PROTOCOLS[m.protocol.name] is m.protocol
 
 
 def test_the_seed_papers_search_r1_and_baselines_are_methods():
@@ -36,7 +40,7 @@ def test_the_seed_papers_search_r1_and_baselines_are_methods():
 def test_declaration_resolves(name):
     m = get_method(name)
     proto = m.get_protocol()
-    assert proto.name == m.protocol
+    assert isinstance(proto, m.protocol)
     assert m.tools == tuple(proto.required_tools)
     assert m.title and m.citation
     if m.reward:
@@ -76,8 +80,8 @@ def test_feature_needs_come_from_declarations_not_names():
 
 
 def test_preset_protocol_comes_from_the_method_that_declares_it():
-    assert preset_protocol("dspo") == "search_r1"
-    assert preset_protocol("dynasearcher") == "dynasearcher"
+    assert preset_protocol("dspo").name == "search_r1"
+    assert preset_protocol("dynasearcher").name == "dynasearcher"
     with pytest.raises(ValueError, match="no method declares"):
         preset_protocol("nope")
 
@@ -128,16 +132,15 @@ def test_eval_accepts_a_method_whose_protocol_has_another_name(tokenizer):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if not get_method(n).baseline])
 def test_train_config_from_method(name):
-    from workbench.rl.trainer import TrainConfig
 
     m = get_method(name)
-    cfg = TrainConfig.from_method(name, steps=3)
-    assert (cfg.method, cfg.protocol, cfg.reward, cfg.preset) == (name, m.protocol, m.reward, m.optimizer)
+    cfg = wm.get_method(name).train_config(steps=3)
+    assert (cfg.method, cfg.protocol, cfg.reward, cfg.preset) == (name, m.protocol.name, m.reward.name, m.optimizer)
     assert cfg.steps == 3
     for k, v in m.train.items():
         assert getattr(cfg, k) == v
     # every part still mixes: the user's optimizer wins over the method's
-    assert TrainConfig.from_method(name, preset="dr_grpo").preset == "dr_grpo"
+    assert wm.get_method(name).train_config(preset="dr_grpo").preset == "dr_grpo"
 
 
 def test_rewards_on_the_demo_run_are_identical_before_and_after_the_restructure():

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from widgets.playground import reward_playground
-from workbench.rewards import PRESETS, counterfactual, get_preset, load_features
+from workbench.methods import PRESETS, get_preset
+from workbench.rewards import counterfactual, load_features
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -19,7 +20,7 @@ from workbench.rewards import PRESETS, counterfactual, get_preset, load_features
 def expected(box, features: pd.DataFrame):
     """What the playground should show: counterfactual() with the controls' current values."""
     st = box.state
-    return counterfactual(features, get_preset(st.preset, weights=st.weights), st.params, base=st.preset)
+    return counterfactual(features, get_preset(st.preset, weights=st.weights), st.params, base=get_preset(st.preset))
 
 
 def check_bars(old_trace, new_trace, old: np.ndarray, new: np.ndarray) -> None:
@@ -220,7 +221,7 @@ def group_run(policy, world, tmp_path_factory, one_thread):
     The direct protocol: at 32 new tokens the tiny model rarely finishes a search turn, so search_r1
     groups would all score the same; direct answers differ in format and F1 within a group.
     """
-    from workbench.protocols import get_protocol
+    from workbench.methods import get_protocol
     from workbench.rollout.backends.hf import HFBackend
     from workbench.rollout.engine import RolloutConfig, rollout
     from workbench.runs import Run

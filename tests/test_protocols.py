@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.data.example import Example
-from workbench.protocols import PROTOCOLS, get_protocol
+from workbench.methods import PROTOCOLS, get_protocol
 
 
 def test_registry_and_unknown_name():

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.data.example import Example
-from workbench.protocols import PROTOCOLS, get_protocol
+from workbench.methods import PROTOCOLS, get_protocol
+from workbench.methods.dynasearcher.protocol import parse_search_request
+from workbench.methods.rsearch_dag.protocol import make_plan_tool
+from workbench.methods.rsearch_evidence.protocol import EVIDENCE_TEMPLATE, rstool_answer
 from workbench.protocols.base import extract_boxed, scan_blocks
-from workbench.protocols.dynasearcher import parse_search_request
-from workbench.protocols.rsearch_dag import make_plan_tool
-from workbench.protocols.rsearch_evidence import EVIDENCE_TEMPLATE, rstool_answer
 from workbench.rollout.backends.base import encode_chat
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from workbench.data.example import Example
-from workbench.protocols import get_protocol
+from workbench.methods import get_protocol
 from workbench.protocols.base import (
     ANSWER,
     SEARCH,
@@ -44,7 +44,7 @@ def _base(traj: Trajectory) -> dict[str, Any]:
 
 
 def legacy_dynasearcher(traj: Trajectory) -> dict[str, Any]:
-    from workbench.protocols.dynasearcher import SHAPE, TAGS
+    from workbench.methods.dynasearcher.protocol import SHAPE, TAGS
 
     flags = _base(traj)
     blocks, problems = turn_blocks(traj, TAGS, ("result",))
@@ -67,7 +67,7 @@ def legacy_dynasearcher(traj: Trajectory) -> dict[str, Any]:
 
 
 def legacy_when_to_search(traj: Trajectory) -> dict[str, Any]:
-    from workbench.protocols.when_to_search import SHAPE, TAGS
+    from workbench.methods.when_to_search.protocol import SHAPE, TAGS
 
     flags = _base(traj)
     blocks, problems = turn_blocks(traj, TAGS, ("information",))
@@ -84,7 +84,7 @@ def legacy_when_to_search(traj: Trajectory) -> dict[str, Any]:
 
 
 def legacy_rsearch_evidence(traj: Trajectory) -> dict[str, Any]:
-    from workbench.protocols.rsearch_evidence import SHAPE, TAGS
+    from workbench.methods.rsearch_evidence.protocol import SHAPE, TAGS
 
     flags = _base(traj)
     blocks, problems = turn_blocks(traj, TAGS, ("observation",))
@@ -109,7 +109,7 @@ def legacy_rsearch_evidence(traj: Trajectory) -> dict[str, Any]:
 
 
 def legacy_rsearch_dag(traj: Trajectory) -> dict[str, Any]:
-    from workbench.protocols.rsearch_dag import NO_PLAN, ORDER, SHAPE, TAGS
+    from workbench.methods.rsearch_dag.protocol import NO_PLAN, ORDER, SHAPE, TAGS
 
     flags = _base(traj)
     blocks, problems = turn_blocks(traj, TAGS, ("result",))

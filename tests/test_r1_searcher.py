@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.methods import get_method
-from workbench.protocols import get_protocol
-from workbench.rewards.presets import get_preset
+from workbench import methods as wm
+from workbench.methods import get_method, get_preset, get_protocol
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.tools.base import Hit, Toolbox
@@ -28,9 +27,11 @@ def proto():
     return get_method("r1_searcher").get_protocol()
 
 
-def test_discovered_everywhere_from_its_own_file():
+def test_listed_with_the_objects_of_its_own_package():
     m = get_method("r1_searcher")
-    assert (m.protocol, m.reward, m.optimizer) == ("r1_searcher", "r1_searcher", "reinforce_pp")
+    assert (m.protocol.name, m.reward.name, m.optimizer) == ("r1_searcher", "r1_searcher", "reinforce_pp")
+    assert m.protocol.__module__ == "workbench.methods.r1_searcher.protocol"
+    assert m.expert is not None
     assert get_protocol("r1_searcher").name == "r1_searcher"
     assert m.tools == ("search",)
 
@@ -118,7 +119,7 @@ def test_eval_run_shows_in_the_inspector_and_playground(tmp_path, tokenizer, wor
     run = write_eval_run(Run.create(tmp_path, kind="eval", name="r1"), [res], exs)
     feats = load_features(run)
     assert set(feats["protocol"]) == {"r1_searcher"}
-    cf = counterfactual(feats, "r1_searcher", {"stage": 2}, base=get_preset("r1_searcher", stage=1))
+    cf = counterfactual(feats, get_preset("r1_searcher"), {"stage": 2}, base=get_preset("r1_searcher", stage=1))
     assert len(cf.rows) == len(feats)
     assert (cf.new.total != cf.old.total).any()  # the playground's stage slider changes rewards
     data = load_inspector_data(run)
@@ -127,11 +128,10 @@ def test_eval_run_shows_in_the_inspector_and_playground(tmp_path, tokenizer, wor
 
 @pytest.mark.slow
 def test_two_step_training_smoke(tmp_path, one_thread):
-    from workbench.rl.trainer import TrainConfig, Trainer
 
-    cfg = TrainConfig.from_method("r1_searcher", steps=2, questions_per_step=2, group_size=2, max_turns=2,
+    cfg = wm.get_method("r1_searcher").train_config(steps=2, questions_per_step=2, group_size=2, max_turns=2,
                                   max_new_tokens=24, eval_limit=0, save_every=0)
-    run = Trainer(cfg, run=tmp_path / "run", progress=False).train()
+    run = wm.trainer(cfg, run=tmp_path / "run", progress=False).train()
     m = run.metrics()
     assert m["steps"] == 2 and m["preset"] == "reinforce_pp"
     assert len(run.step_metrics()) == 2

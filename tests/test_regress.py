@@ -243,10 +243,15 @@ def test_update_baselines_then_new_case(suite_dir, tmp_path):
     assert report.cases[0].status == NEW and not report.failed  # no baseline yet
     report = run_regress(suite_dir / "regress.yaml", out=tmp_path / "b", cases=["drift"], baselines_dir=baselines,
                          update_baselines=True, cell_timeout=120, say=lambda *_: None)
-    assert json.loads((baselines / "drift.json").read_text()) == {"value": 0.5, "count": 3}
+    written = json.loads((baselines / "drift.json").read_text())
+    taken = written.pop("_taken")
+    assert written == {"value": 0.5, "count": 3}
+    # where it was taken: this suite is outside any git checkout, so no commit; a date and the machine
+    assert taken["commit"] is None and taken["date"].startswith("20") and "cores" in taken["machine"]
     report = run_regress(suite_dir / "regress.yaml", out=tmp_path / "c", cases=["drift"], baselines_dir=baselines,
                          cell_timeout=120, say=lambda *_: None)
-    assert report.cases[0].status == "pass"
+    assert report.cases[0].status == "pass" and report.cases[0].baseline_taken == taken
+    assert "taken at no git commit on" in (tmp_path / "c" / "report.md").read_text()
 
 
 @pytest.mark.slow

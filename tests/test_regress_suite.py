@@ -63,6 +63,18 @@ def test_baselines_match_the_cases_metrics_and_say_where_they_were_taken(suite):
             f"no case names {sorted(set(baseline) - set(case.metrics))}")
 
 
+def test_a_baseline_taken_in_this_checkout_names_its_commit():
+    import subprocess
+
+    from workbench.regress import provenance
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    taken = provenance(ROOT)
+    assert head.stdout.startswith(taken["commit"]) and isinstance(taken["dirty"], bool)
+
+
 @pytest.mark.slow
 def test_the_regression_suite_passes(tmp_path):
     """Every case of the real suite: the tiny demo (the real model), then each notebook through papermill."""

@@ -13,7 +13,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
 from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app  # noqa: E402
-from workbench.protocols import get_protocol  # noqa: E402
+from workbench.methods import get_protocol  # noqa: E402
 from workbench.rollout.backends.scripted import ScriptedBackend  # noqa: E402
 from workbench.rollout.engine import RolloutConfig, rollout  # noqa: E402
 from workbench.tools.base import Passage, Toolbox  # noqa: E402
@@ -35,7 +35,7 @@ def questions(world, n=20):
 
 def test_remote_search_returns_the_in_process_hits(world, served):
     s, app = served
-    local = build_toolbox("search_r1", world).tools["search"]
+    local = build_toolbox(get_protocol("search_r1"), world).tools["search"]
     client = RemoteRetrieval(s.url + "/retrieve")  # Search-R1 configs give the endpoint: accepted
     queries = [e.question for e in questions(world)] + [e.decomposition[0] for e in questions(world) if e.decomposition]
     before = app.state.queue.batches
@@ -49,7 +49,7 @@ def test_remote_search_returns_the_in_process_hits(world, served):
 
 def test_remote_kg_returns_the_in_process_triples(world, served):
     s, _ = served
-    local = build_toolbox("dynasearcher", world).tools["kg"]
+    local = build_toolbox(get_protocol("dynasearcher"), world).tools["kg"]
     client = RemoteRetrieval(s.url)
     for ex in questions(world, 6):
         step = ex.kg_path[0]
@@ -160,7 +160,7 @@ def test_server_failures_are_recorded_tool_failures(tokenizer, case, words):
 
     def check(url):
         tool = "kg" if case == "404 kg" else "search"
-        tb = remote_toolbox("dynasearcher", url, timeout_s=5)
+        tb = remote_toolbox(get_protocol("dynasearcher"), url, timeout_s=5)
         call = tb.call(tool, **({"entities": ["T"]} if tool == "kg" else {"query": "q", "k": 3}))
         assert not call.ok and "RemoteToolError" in call.error and words in call.error and url in call.error, call.error
         if tool == "search":  # in a rollout: a failed_tool, the message in the observation, no exception
@@ -190,7 +190,7 @@ def test_timeouts_are_recorded():
             return []
 
     with ServerThread(create_app(RetrievalService(Slow(), 1))) as s:
-        call = Toolbox({"search": remote_toolbox("search_r1", s.url, timeout_s=0.3).tools["search"]}).call(
+        call = Toolbox({"search": remote_toolbox(get_protocol("search_r1"), s.url, timeout_s=0.3).tools["search"]}).call(
             "search", query="q", k=3)
     assert not call.ok and "timed out after 0.3s" in call.error
 

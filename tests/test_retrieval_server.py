@@ -234,6 +234,7 @@ def test_docs_pages_only_when_asked(server):
 
 
 def test_the_workbench_clients_send_the_key(keyed, monkeypatch):
+    from workbench.methods import get_protocol
     from workbench.tools.remote import RemoteRetrieval, RemoteToolError, check_server, remote_toolbox
 
     monkeypatch.delenv("WORKBENCH_RETRIEVAL_API_KEY", raising=False)
@@ -244,7 +245,7 @@ def test_the_workbench_clients_send_the_key(keyed, monkeypatch):
     assert RemoteRetrieval(keyed.url, api_key=KEY).search_batch(["Ulm"], 1)[0][0].id == "p2"
     monkeypatch.setenv("WORKBENCH_RETRIEVAL_API_KEY", KEY)
     assert check_server(keyed.url, {"search_r1": ["search"]})["auth"] is True
-    tb = remote_toolbox("search_r1", keyed.url)
+    tb = remote_toolbox(get_protocol("search_r1"), keyed.url)
     assert tb.call("search", query="Ulm", k=1).ok
 
 

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from workbench.data.example import Example
-from workbench.protocols import get_protocol
+from workbench.methods import get_preset, get_protocol
 from workbench.rewards.export import parse_passages, split_turns, to_trl, to_verl, trajectory_from_text
 from workbench.rewards.features import compute_features
-from workbench.rewards.presets import get_preset
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.tools.base import Hit, Toolbox
@@ -95,7 +94,7 @@ def test_the_rollouts_cover_the_cases(stored):
 
 def test_trajectory_from_text_recovers_what_the_engine_recorded(stored):
     for t in stored:
-        rebuilt = trajectory_from_text(t.response_text, "search_r1", id=t.id)
+        rebuilt = trajectory_from_text(t.response_text, get_protocol("search_r1"), id=t.id)
         assert [a["kind"] for a in rebuilt.actions] == [a["kind"] for a in t.actions], t.id
         assert rebuilt.queries == t.queries and rebuilt.answer == t.answer and rebuilt.n_invalid == t.n_invalid
         assert rebuilt.flags == t.flags
@@ -115,7 +114,7 @@ def test_trl_and_verl_match_the_rubric_on_stored_trajectories(stored, preset):
     assert table.missing["total"] == 0
     prompts = [t.prompt_text for t in stored]
     completions = [t.response_text for t in stored]
-    funcs, weights = to_trl(preset, "search_r1", encoder=enc, cache=False)
+    funcs, weights = to_trl(get_preset(preset), get_protocol("search_r1"), encoder=enc, cache=False)
     assert weights == list(table.weights.values())
     outs = [f(prompts=prompts, completions=completions, **trl_columns(stored)) for f in funcs]
     for f, out, name in zip(funcs, outs, table.weights):
@@ -124,21 +123,21 @@ def test_trl_and_verl_match_the_rubric_on_stored_trajectories(stored, preset):
     total = [sum(w * v for w, v in zip(weights, vals) if w) for vals in zip(*outs)]
     assert total == pytest.approx(list(table.total), abs=1e-12)
     # one total function
-    (only,), w1 = to_trl(preset, "search_r1", split=False, encoder=enc, cache=False)
+    (only,), w1 = to_trl(get_preset(preset), get_protocol("search_r1"), split=False, encoder=enc, cache=False)
     assert w1 == [1.0] and only(prompts, completions, **trl_columns(stored)) == pytest.approx(list(table.total))
     # conversational completions: assistant messages are policy turns, the rest observations
     convo = [[{"role": "assistant" if turn.kind == POLICY else "user", "content": turn.text} for turn in t.turns]
              for t in stored]
     assert only(prompts, convo, **trl_columns(stored)) == pytest.approx(list(table.total))
     # verl
-    compute_score = to_verl(preset, "search_r1", encoder=enc, cache=False)
+    compute_score = to_verl(get_preset(preset), get_protocol("search_r1"), encoder=enc, cache=False)
     cols = trl_columns(stored)
     for i, t in enumerate(stored):
         info = {"hops": cols["hops"][i], "supporting_titles": cols["supporting_titles"][i],
                 "question": cols["question"][i]}
         got = compute_score("world", t.response_text, np.array(cols["answers"][i]), extra_info=info)
         assert got == pytest.approx(table.total[i], abs=1e-12), t.id
-    detailed = to_verl(preset, "search_r1", return_dict=True, encoder=enc, cache=False)(
+    detailed = to_verl(get_preset(preset), get_protocol("search_r1"), return_dict=True, encoder=enc, cache=False)(
         "world", stored[0].response_text, cols["answers"][0], {"hops": cols["hops"][0],
                                                                 "supporting_titles": cols["supporting_titles"][0]})
     assert detailed["score"] == pytest.approx(table.total[0]) and set(table.weights) <= set(detailed)
@@ -147,33 +146,34 @@ def test_trl_and_verl_match_the_rubric_on_stored_trajectories(stored, preset):
 def test_missing_components_raise_or_are_none(stored):
     prompts = [t.prompt_text for t in stored]
     completions = [t.response_text for t in stored]
-    funcs, _ = to_trl("rsearch_evidence", "search_r1", encoder=False, cache=False)
+    funcs, _ = to_trl(get_preset("rsearch_evidence"), get_protocol("search_r1"), encoder=False, cache=False)
     # search_r1 writes no evidence flags and no evidence model is configured
     with pytest.raises(ValueError, match=r"rsearch_evidence: component 'r_evid' is missing.*evidence_model"):
         funcs[1](prompts, completions, **trl_columns(stored))
-    funcs, _ = to_trl("rsearch_evidence", "search_r1", on_missing="none", encoder=False, cache=False)
+    funcs, _ = to_trl(get_preset("rsearch_evidence"), get_protocol("search_r1"), on_missing="none", encoder=False, cache=False)
     assert funcs[1](prompts, completions, **trl_columns(stored)) == [None] * len(stored)
     assert funcs[0](prompts, completions, **trl_columns(stored))[0] == 1.0  # r_ans = F1 is there
-    score = to_verl("rsearch_dag", "search_r1", encoder=False, cache=False)
+    score = to_verl(get_preset("rsearch_dag"), get_protocol("search_r1"), encoder=False, cache=False)
     with pytest.raises(ValueError, match="F_dag"):
         score("world", completions[0], ["Ada Quist"])
-    assert math.isnan(to_verl("rsearch_dag", "search_r1", on_missing="nan", encoder=False, cache=False)(
+    assert math.isnan(to_verl(get_preset("rsearch_dag"), get_protocol("search_r1"), on_missing="nan", encoder=False, cache=False)(
         "world", completions[0], ["Ada Quist"]))
     with pytest.raises(ValueError, match="no gold answers among the dataset columns"):
-        to_trl("dspo", encoder=False, cache=False)[0][0](prompts, completions, solutions_typo=[1] * len(stored))
+        to_trl(get_preset("dspo"), get_protocol("search_r1"), encoder=False, cache=False)[0][0](prompts, completions, solutions_typo=[1] * len(stored))
 
 
 def test_export_errors_and_defaults():
-    with pytest.raises(ValueError, match="unknown reward preset 'x'; valid names"):
-        to_trl("x")
-    with pytest.raises(ValueError, match="unknown protocol 'nope'"):
-        to_verl("dspo", "nope")
+    dspo, search_r1 = get_preset("dspo"), get_protocol("search_r1")
+    with pytest.raises(TypeError, match="expected a Rubric, got str 'x'.*workbench.methods.get_preset"):
+        to_trl("x", search_r1)
+    with pytest.raises(TypeError, match="expected a Protocol instance, got str 'nope'.*workbench.methods.get_protocol"):
+        to_verl(dspo, "nope")
     with pytest.raises(ValueError, match="unknown parameter"):
-        to_trl("dspo", gamma=0.9)
+        to_trl(dspo, search_r1, gamma=0.9)
     with pytest.raises(ValueError, match="on_missing"):
-        to_trl("dspo", on_missing="zero")
-    # DSPO's protocol is search_r1 by default; ground truth in verl's {"target": [...]} form
-    score = to_verl("dspo", cache=False, encoder=False)
+        to_trl(dspo, search_r1, on_missing="zero")
+    # ground truth in verl's {"target": [...]} form
+    score = to_verl(dspo, search_r1, cache=False, encoder=False)
     assert score("nq", "<answer> It is Oslo </answer>", {"target": ["oslo"]}) == 1.0
     assert score("nq", "<answer> Bergen </answer>", "Oslo") == 0.0
     assert score("nq", "no tags at all", ["Oslo"]) == 0.0  # never answered: wrong
@@ -224,7 +224,7 @@ SEED_CASES = {
 
 
 def seed_toolbox(name):
-    from workbench.protocols.rsearch_dag import make_plan_tool
+    from workbench.methods.rsearch_dag.protocol import make_plan_tool
     from workbench.tools.base import Triple
     from workbench.tools.sources import SourceRegistry
 
@@ -273,11 +273,11 @@ def test_seed_protocols_rebuilt_from_text_score_the_same(tokenizer, name):
     completions = [t.response_text for t in stored]
     cols = {"answers": [SEED_EX.answers] * len(stored), "hops": [2] * len(stored),
             "supporting_titles": [SEED_EX.supporting_titles] * len(stored), "question": [SEED_EX.question] * len(stored)}
-    funcs, weights = to_trl(name, proto, on_missing="none", encoder=enc, cache=cache, **extra)
+    funcs, weights = to_trl(get_preset(name), proto, on_missing="none", encoder=enc, cache=cache, **extra)
     outs = [f([""] * len(stored), completions, **cols) for f in funcs]
     for out, comp in zip(outs, table.weights):
         assert out == pytest.approx(as_list(table[comp]), abs=1e-12, nan_ok=True), comp
-    score = to_verl(name, proto, on_missing="nan", encoder=enc, cache=cache, **extra)
+    score = to_verl(get_preset(name), proto, on_missing="nan", encoder=enc, cache=cache, **extra)
     got = [score("seed", c, SEED_EX.answers, {"hops": 2, "supporting_titles": SEED_EX.supporting_titles,
                                               "question": SEED_EX.question}) for c in completions]
     np.testing.assert_allclose(got, table.total, atol=1e-12)
@@ -320,8 +320,8 @@ def test_text_rewards_equal_the_rubric_with_passage_ids(stored_ids, preset):
     features = compute_features(stored_ids, ID_EXAMPLES, encoder=enc, cache=False, passages=index)
     table = get_preset(preset)(features)
     by_id = {e.id: e for e in ID_EXAMPLES}
-    score = to_verl(preset, "search_r1", on_missing="nan", encoder=enc, cache=False, passages=index)
-    (total,), _ = to_trl(preset, "search_r1", split=False, on_missing="none", encoder=enc, cache=False, passages=index)
+    score = to_verl(get_preset(preset), get_protocol("search_r1"), on_missing="nan", encoder=enc, cache=False, passages=index)
+    (total,), _ = to_trl(get_preset(preset), get_protocol("search_r1"), split=False, on_missing="none", encoder=enc, cache=False, passages=index)
     cols = {"answers": [by_id[t.example_id].answers for t in stored_ids],
             "hops": [by_id[t.example_id].hops for t in stored_ids],
             "supporting_titles": [by_id[t.example_id].supporting_titles for t in stored_ids],
@@ -337,6 +337,6 @@ def test_text_rewards_equal_the_rubric_with_passage_ids(stored_ids, preset):
         info = {"hops": ex.hops, "supporting_titles": ex.supporting_titles, "supporting_ids": ex.supporting_ids,
                 "question": ex.question}
         assert score("world", t.response_text, ex.answers, info) == pytest.approx(table.total[i], nan_ok=True), t.id
-    rebuilt = trajectory_from_text(stored_ids[0].response_text, "search_r1", passages=index)
+    rebuilt = trajectory_from_text(stored_ids[0].response_text, get_protocol("search_r1"), passages=index)
     assert [h["id"] for c in rebuilt.tool_calls for h in c.results] == [
         h["id"] for c in stored_ids[0].tool_calls for h in c.results]

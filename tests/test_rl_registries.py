@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from workbench import methods as wm
 from workbench.eval.config import field_docs
 from workbench.rl import advantages as A
 from workbench.rl import losses as L
@@ -56,7 +57,7 @@ def _train_config(argv: list[str]):
     args = build_parser().parse_args(["train", *argv])
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
     if given.get("method"):
-        return TrainConfig.from_method(given.pop("method"), **given)
+        return wm.get_method(given.pop("method")).train_config(**given)
     return TrainConfig(**given)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.methods import run_parts
 from workbench.rewards.rubric import RewardTable
 from workbench.rl.config import get_loss_config
 from workbench.rl.losses import policy_loss, truncated_is_weights
@@ -88,7 +89,8 @@ def server_url():
 
 
 def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, one_thread):
-    tr = LengthReward(TrainConfig(rollout_backend="openai", server=server_url, steps=2, **TINY), run=tmp_path / "o",
+    cfg = TrainConfig(rollout_backend="openai", server=server_url, steps=2, **TINY)
+    tr = LengthReward(cfg, run_parts(cfg), run=tmp_path / "o",
                       progress=False)
     tr.train()
     rows = [r for r in tr.run.step_metrics() if "reward_mean" in r]
@@ -132,7 +134,8 @@ def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, on
     assert float((mine - ref_same).abs().max()) > 1e-3  # the trained adapter is not the base model
 
     # the same metrics as the in-process hf backend
-    hf = LengthReward(TrainConfig(steps=1, **TINY), run=tmp_path / "h", progress=False)
+    hf_cfg = TrainConfig(steps=1, **TINY)
+    hf = LengthReward(hf_cfg, run_parts(hf_cfg), run=tmp_path / "h", progress=False)
     hf_row = hf.train_step()
     assert set(hf_row) == set(rows[0])
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from workbench.methods import PRESETS, get_preset
 from workbench.rewards.counterfactual import counterfactual, group_stats, rescore
 from workbench.rewards.features import save_features
-from workbench.rewards.presets import PRESETS, get_preset
 from workbench.rewards.rubric import Columns, Rubric, in_range, params
 
 NAN = float("nan")
@@ -332,7 +332,7 @@ def wts_groups():
 
 def test_counterfactual_rewards_advantages_filter_and_ranks(tmp_path):
     df = wts_groups()
-    cf = counterfactual(df, "when_to_search", {"stage": 2})
+    cf = counterfactual(df, get_preset("when_to_search"), {"stage": 2})
     rows = cf.rows.set_index("id")
     approx(rows["reward_old"], [2, 2, 0.6, 0, 0, 2, 0.3])
     approx(rows["reward_new"], [2, 1.4, 0, 0, 0, 1.7, 0])
@@ -349,12 +349,12 @@ def test_counterfactual_rewards_advantages_filter_and_ranks(tmp_path):
     assert groups["rank_changed"].tolist() == [True, False, False]
     assert cf.summary["kept_new"] == 2 and cf.summary["rows_rank_changed"] == 1 and cf.summary["groups"] == 3
     # unbiased std (TRL / verl) and ε = 0: g3 std = sqrt((0.85² + 0.85²)/1) = 0.85·√2
-    cf1 = counterfactual(df, "when_to_search", {"stage": 2}, ddof=1, eps=0.0)
+    cf1 = counterfactual(df, get_preset("when_to_search"), {"stage": 2}, ddof=1, eps=0.0)
     approx(cf1.rows.set_index("id").loc[["z1", "z2"], "adv_std_new"], [1 / math.sqrt(2), -1 / math.sqrt(2)])
     # from a run directory with a stored features table
     save_features(tmp_path, df)
-    assert counterfactual(tmp_path, "when_to_search", {"stage": 2}).summary == cf.summary
-    approx(rescore(tmp_path, "when_to_search", stage=2).total, rows["reward_new"])
+    assert counterfactual(tmp_path, get_preset("when_to_search"), {"stage": 2}).summary == cf.summary
+    approx(rescore(tmp_path, get_preset("when_to_search"), stage=2).total, rows["reward_new"])
 
 
 def test_counterfactual_filter_changes_and_missing_rewards():

@@ -19,7 +19,7 @@ from widgets.inspector import PAGE, load_inspector_data, trajectory_inspector
 from workbench import trajectory_store as store
 from workbench.dashboard import queries as q
 from workbench.eval.filters import filter_trajectories
-from workbench.rewards import get_preset
+from workbench.methods import get_preset
 from workbench.runs import Run, list_runs
 from workbench.trajectory import Trajectory
 

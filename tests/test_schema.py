@@ -20,10 +20,9 @@ import pytest
 from workbench import cli
 from workbench.data.example import Example
 from workbench.eval.runner import evaluate, write_eval_run
-from workbench.methods import discover
+from workbench.methods import METHODS, PRESETS, get_preset
 from workbench.rewards import columns
 from workbench.rewards.features import compute_features, load_features, save_features
-from workbench.rewards.presets import get_preset
 from workbench.rewards.run_rewards import add_rewards
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig
@@ -102,7 +101,7 @@ def test_every_written_column_is_in_the_schema_with_its_dtype(which, request):
 def test_the_presets_rewards_sit_beside_the_features(which, request):
     run = request.getfixturevalue(which)
     f = load_features(run)
-    methods = discover()
+    methods = METHODS
     by_method = {m: f[f["id"].str.startswith(f"{m}:")] for m in run.metrics()["methods"]}
     for method, rows in by_method.items():
         assert len(rows) == 2, method
@@ -110,12 +109,12 @@ def test_the_presets_rewards_sit_beside_the_features(which, request):
         if preset is None:  # a baseline: no reward, and no column of its own
             assert rows["reward_preset"].isna().all() and rows["reward"].isna().all()
             continue
-        assert (rows["reward_preset"] == preset).all()
+        assert (rows["reward_preset"] == preset.name).all()
         table = methods[method].rubric()(rows.reset_index(drop=True))  # the preset, recomputed from the features
         np.testing.assert_array_equal(rows["reward"].to_numpy(), table.total)
         for comp in table.components:
             np.testing.assert_array_equal(rows[f"reward_{comp}"].to_numpy(), table.values[comp])
-            assert f"reward_{comp}" in reward_components()
+            assert f"reward_{comp}" in reward_components(PRESETS.values())
 
 
 def test_failed_rows_are_null_counts_and_nan_rewards(scripted_run):
@@ -161,7 +160,7 @@ def test_old_double_typed_files_still_load(scripted_run, tmp_path):
 
 
 def test_schema_documents_both_files_and_every_preset_component():
-    df = schema()
+    df = schema(presets=PRESETS.values())
     assert set(df["file"]) == {"trajectories", "features"} and df["meaning"].str.len().min() >= 10
     assert not df.duplicated(["file", "name"]).any()
     feats = df[df["file"] == "features"].set_index("name")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.rl.sft import SFTConfig, SFTTrainer, is_correct
+from workbench import methods as wm
+from workbench.rl.sft import SFTConfig, is_correct
 from workbench.rl.train_config import TrainConfig
 
 SMALL = {"observation_mode": "chat", "few_shot": False}  # short prompts: the slow tests stay small
@@ -14,7 +15,7 @@ SMALL = {"observation_mode": "chat", "few_shot": False}  # short prompts: the sl
 def test_config_needs_data_and_keeps_its_lr():
     with pytest.raises(ValueError, match="no data"):
         SFTConfig()
-    cfg = SFTConfig.from_method("rsearch_dag", traces=["x"])  # the method's RL lr (5e-6) is not SFT's
+    cfg = wm.train_config("rsearch_dag", SFTConfig, traces=["x"])  # the method's RL lr (5e-6) is not SFT's
     assert cfg.lr == SFTConfig.lr and cfg.protocol == "rsearch_dag"
     with pytest.raises(ValueError, match="batch_size"):
         SFTConfig(traces=["x"], batch_size=0)
@@ -59,12 +60,16 @@ def test_cli_has_the_commands():
 @pytest.fixture(scope="module")
 def traces_run(world, tokenizer, tmp_path_factory):
     """An expert run of three one-hop search_r1 traces with the short (no demonstration) prompt."""
-    from workbench.rl.expert import expert_protocol, expert_traces, write_expert_run
+    from workbench.eval.expert import write_expert_run
+    from workbench.methods import get_method
+    from workbench.rl.expert import expert_traces
     from workbench.tools.toolbox import build_toolbox
 
-    protocol = expert_protocol("search_r1", **SMALL)
+    method = get_method("search_r1")
+    protocol = method.training_protocol(**SMALL)
     exs = [e for e in world.split("train") if e.hops == 1][:3]
-    res = expert_traces(exs, protocol, build_toolbox(protocol, world, tokenizer=tokenizer), tokenizer, world)
+    res = expert_traces(exs, protocol, method.expert, build_toolbox(protocol, world, tokenizer=tokenizer), tokenizer,
+                        world)
     assert len(res.trajectories) == 3
     return write_expert_run(res, "search_r1", protocol, out=tmp_path_factory.mktemp("expert")).path
 
@@ -72,7 +77,7 @@ def traces_run(world, tokenizer, tmp_path_factory):
 def _config(traces_run, **kw):
     base = dict(method="search_r1", protocol_kwargs=SMALL, traces=[str(traces_run)], max_traces=2, steps=3, batch_size=1,
                 micro_batch_size=1, lr=5e-4, eval_limit=0, save_every=0, device="cpu", max_new_tokens=48)
-    return SFTConfig.from_method(base.pop("method"), **{**base, **kw})
+    return wm.train_config(base.pop("method"), SFTConfig, **{**base, **kw})
 
 
 def _adapter(trainer):
@@ -82,7 +87,7 @@ def _adapter(trainer):
 @pytest.fixture(scope="module")
 def trained(traces_run, tmp_path_factory, one_thread):
     """3 SFT steps; the pool's loss before and after."""
-    tr = SFTTrainer(_config(traces_run), run=tmp_path_factory.mktemp("sft"), progress=False)
+    tr = wm.trainer(_config(traces_run), run=tmp_path_factory.mktemp("sft"), progress=False)
     pool = tr.prepare()
     before = tr.eval_loss(pool)
     run = tr.train()
@@ -107,9 +112,9 @@ def test_sft_lowers_the_loss_on_its_traces(trained):
 @pytest.mark.slow
 def test_sft_resume_is_exact(trained, traces_run, tmp_path, one_thread):
     tr, _, _, _ = trained
-    first = SFTTrainer(_config(traces_run, steps=2), run=tmp_path, progress=False)
+    first = wm.trainer(_config(traces_run, steps=2), run=tmp_path, progress=False)
     run = first.train()  # checkpoint at step 2
-    resumed = SFTTrainer.resume(run.path, progress=False, steps=3)
+    resumed = wm.resume(run.path, progress=False, steps=3)
     assert resumed.step == 2 and resumed.data.state_dict() == first.data.state_dict()
     resumed.train()
     a, b = _adapter(tr), _adapter(resumed)
@@ -120,17 +125,16 @@ def test_sft_resume_is_exact(trained, traces_run, tmp_path, one_thread):
 
 @pytest.mark.slow
 def test_init_adapter_starts_rl_from_sft(trained, one_thread, tmp_path):
-    from workbench.rl.trainer import Trainer
 
     tr, run, _, _ = trained
-    cfg = TrainConfig.from_method("search_r1", protocol_kwargs=SMALL, init_adapter=str(run.path), device="cpu",
+    cfg = wm.get_method("search_r1").train_config(protocol_kwargs=SMALL, init_adapter=str(run.path), device="cpu",
                                   steps=1, eval_limit=0)
-    rl = Trainer(cfg, run=tmp_path, progress=False)
+    rl = wm.trainer(cfg, run=tmp_path, progress=False)
     a, b = _adapter(tr), _adapter(rl)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
     # merged: the base weights become the SFT policy, the new adapter starts at zero effect
-    merged = Trainer(TrainConfig.from_dict({**cfg.to_dict(), "init_adapter_merge": True}), run=tmp_path / "m",
+    merged = wm.trainer(TrainConfig.from_dict({**cfg.to_dict(), "init_adapter_merge": True}), run=tmp_path / "m",
                      progress=False)
     t = tr.pool[0]
     ids = torch.tensor([t.token_ids])

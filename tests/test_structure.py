@@ -63,30 +63,11 @@ APPLICATIONS = (
 #: The published methods, one package each: they use the engine; the engine never imports them.
 METHODS = ("workbench.methods",)
 
-#: The engine's imports of ``workbench.methods`` today, and the two package imports that close the one import
-#: cycle left with them (methods <-> protocols <-> rewards.presets through ``discover``). Removed by the
-#: methods-as-packages change, which empties this set. An edge not listed fails the direction or cycle test; a
-#: listed edge that is gone fails ``test_known_edges_still_exist`` until it is taken off the list.
-KNOWN_METHOD_EDGES: frozenset[tuple[str, str]] = frozenset({
-    ("workbench.protocols", "workbench.methods"),
-    ("workbench.protocols.base", "workbench.methods"),
-    ("workbench.rewards.presets", "workbench.methods"),
-    ("workbench.rewards.run_rewards", "workbench.methods"),
-    ("workbench.rl.config", "workbench.methods"),
-    ("workbench.rl.expert", "workbench.methods"),
-    ("workbench.rl.expert", "workbench.methods.r1_searcher"),
-    ("workbench.rl.train_config", "workbench.methods"),
-    ("workbench.rl.trainer", "workbench.methods"),
-    ("workbench.protocols.base", "workbench.protocols"),  # the cycle: base imports its package to register
-    ("workbench.methods.base", "workbench.methods"),  # the cycle: discover() imports the package
-})
-#: Engine imports of an application that are known and not yet moved: training reuses the eval runner's
-#: answer scoring (``score``, ``summarize``) and run writer. Those belong in the engine (``workbench/eval/`` is
-#: outside this change); the same rules as above apply to this list.
-KNOWN_APPLICATION_EDGES: frozenset[tuple[str, str]] = frozenset({
-    ("workbench.rl.expert", "workbench.eval.runner"),
-    ("workbench.rl.sft", "workbench.eval.runner"),
-})
+#: Known exceptions to the rules below (an edge listed here is allowed; one that no longer exists fails
+#: ``test_known_edges_still_exist`` until it is taken off): none. The methods-as-packages change removed the engine's
+#: imports of ``workbench.methods`` and of the eval runner.
+KNOWN_METHOD_EDGES: frozenset[tuple[str, str]] = frozenset()
+KNOWN_APPLICATION_EDGES: frozenset[tuple[str, str]] = frozenset()
 KNOWN_EDGES = KNOWN_METHOD_EDGES | KNOWN_APPLICATION_EDGES
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from workbench import methods as wm
 from workbench.data.example import Example
 from workbench.rewards.rubric import RewardTable
 from workbench.rl.trainer import DataStream, TrainConfig, Trainer, latest_checkpoint
@@ -42,16 +43,19 @@ def adapter_state(trainer: Trainer) -> dict[str, torch.Tensor]:
 def test_config_errors_name_the_field_and_the_fix():
     with pytest.raises(ValueError, match=r"TrainConfig.group_size.*>= 2"):
         TrainConfig(group_size=1)
-    with pytest.raises(ValueError, match=r"TrainConfig.reward.*valid: .*dynasearcher"):
-        TrainConfig(reward="nope")
+    # names and the reward's parameters are checked against what they stand for when the config is built
+    with pytest.raises(ValueError, match=r"TrainConfig.reward: unknown reward preset 'nope'; valid names: .*dynasearcher"):
+        wm.train_config(reward="nope")
+    with pytest.raises(ValueError, match=r"TrainConfig.protocol: unknown protocol 'nope'"):
+        wm.train_config(protocol="nope")
     with pytest.raises(ValueError, match=r"stage_switch_step.*when_to_search"):
-        TrainConfig(reward="dynasearcher", stage_switch_step=3)
+        wm.train_config(reward="dynasearcher", stage_switch_step=3)
     with pytest.raises(ValueError, match=r"curriculum"):
         TrainConfig(curriculum="random")
     with pytest.raises(ValueError, match=r"unknown TrainConfig field\(s\) \['stepz'\]"):
         TrainConfig.from_dict({"stepz": 3})
     with pytest.raises(ValueError, match=r"gamma"):  # preset parameters are validated by the rubric
-        TrainConfig(reward="dynasearcher", reward_params={"gamma": -1.0})
+        wm.train_config(reward="dynasearcher", reward_params={"gamma": -1.0})
     with pytest.raises(ValueError, match=r"max_len"):  # an unworkable optimizer mix fails in LossConfig
         TrainConfig(preset="grpo", loss_overrides={"agg": "seq-mean-token-sum-norm", "max_len": 0})
 
@@ -59,7 +63,7 @@ def test_config_errors_name_the_field_and_the_fix():
 def test_config_file_round_trip_and_derived_loss(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("preset: dr_grpo\nsteps: 7\nreward: when_to_search\nstage_switch_step: 3\n")
-    cfg = TrainConfig.from_file(p, group_size=3)
+    cfg = wm.train_config_file(p, group_size=3)
     assert (cfg.steps, cfg.group_size, cfg.preset) == (7, 3, "dr_grpo")
     lc = cfg.loss_config()
     assert lc.max_len == cfg.max_total_tokens and lc.group_size == 3
@@ -85,16 +89,18 @@ def test_data_stream_curriculum_and_resume():
 
 
 def test_from_method_and_method_key_in_a_file(tmp_path):
-    cfg = TrainConfig.from_method("rsearch_dag", steps=3)
+    cfg = wm.get_method("rsearch_dag").train_config(steps=3)
     assert (cfg.method, cfg.protocol, cfg.reward, cfg.group_size, cfg.steps) == ("rsearch_dag", "rsearch_dag",
                                                                                   "rsearch_dag", 4, 3)
     assert cfg.protocol_kwargs["observation_mode"] == "chat" and cfg.to_dict()["method"] == "rsearch_dag"
     p = tmp_path / "m.yaml"
     p.write_text("method: rsearch_dag\npreset: dspo\nsteps: 5\n")
-    f = TrainConfig.from_file(p)
+    f = wm.train_config_file(p)
     assert (f.method, f.protocol, f.preset, f.steps) == ("rsearch_dag", "rsearch_dag", "dspo", 5)
     with pytest.raises(ValueError, match="unknown method"):
-        TrainConfig(method="nope")
+        wm.train_config("nope")
+    with pytest.raises(ValueError, match="TrainConfig.method: unknown method"):
+        wm.run_parts(TrainConfig(method="nope"))
     with pytest.raises(ValueError, match=r"TrainConfig.judges.*similarity"):
         TrainConfig(judges=["gpt"])
 
@@ -178,7 +184,7 @@ def test_pickle_and_foreign_checkpoints_are_refused(tmp_path):
 @pytest.mark.parametrize("preset", ["grpo", "dapo", "gspo", "dspo", "dr_grpo"])
 def test_two_step_smoke_per_preset(preset, tmp_path):
     cfg = TrainConfig(preset=preset, steps=2, reward="dynasearcher", **TINY)
-    tr = Trainer(cfg, run=tmp_path, progress=False)
+    tr = wm.trainer(cfg, run=tmp_path, progress=False)
     run = tr.train()
     rows = [r for r in run.step_metrics() if "reward_mean" in r]
     assert [r["step"] for r in rows] == [1, 2]
@@ -203,7 +209,7 @@ def test_two_step_smoke_per_preset(preset, tmp_path):
 
 def test_on_policy_first_epoch_has_ratio_one_and_learns(tmp_path):
     cfg = TrainConfig(preset="grpo", steps=1, reward="dynasearcher", lr=1e-3, **TINY)
-    tr = LengthReward(cfg, run=tmp_path, progress=False)
+    tr = LengthReward(cfg, wm.run_parts(cfg), run=tmp_path, progress=False)
     before = adapter_state(tr)
     row = tr.train_step()
     assert row["ratio_mean"] == pytest.approx(1.0) and row["clip_frac"] == 0.0
@@ -214,11 +220,13 @@ def test_on_policy_first_epoch_has_ratio_one_and_learns(tmp_path):
 
 def test_resume_gives_the_same_next_step(tmp_path):
     base = dict(TINY, steps=2, reward="dynasearcher", preset="gspo", lr=1e-3)
-    a = LengthReward(TrainConfig(**{**base, "save_every": 1}), run=tmp_path / "a", progress=False)
+    a_cfg = TrainConfig(**{**base, "save_every": 1})
+    a = LengthReward(a_cfg, wm.run_parts(a_cfg), run=tmp_path / "a", progress=False)
     a.train()
     rows_a = [r for r in a.run.step_metrics() if "reward_mean" in r]
 
-    b = LengthReward(TrainConfig(**{**base, "steps": 1}), run=tmp_path / "b", progress=False)
+    b_cfg = TrainConfig(**{**base, "steps": 1})
+    b = LengthReward(b_cfg, wm.run_parts(b_cfg), run=tmp_path / "b", progress=False)
     assert not b.run.complete  # a training run in progress is incomplete
     b.train()
     assert b.run.complete
@@ -227,7 +235,7 @@ def test_resume_gives_the_same_next_step(tmp_path):
     # a killed run may have logged past its checkpoint: the resumed run drops that and redoes it
     with open(b_dir / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 2, "reward_mean": 123.0}) + "\n")
-    r = LengthReward.resume(b_dir, progress=False, steps=2)
+    r = LengthReward.resume(b_dir, wm.run_parts, progress=False, steps=2)
     assert r.step == 1
     assert not r.run.complete  # resumed: incomplete until train() has finished (issue 32)
     r.train()
@@ -245,8 +253,8 @@ def test_resume_gives_the_same_next_step(tmp_path):
 def test_micro_batches_do_not_change_the_update(tmp_path):
     cfg = dict(TINY, steps=1, reward="dynasearcher", preset="dapo", lr=1e-3,
                loss_overrides={"num_mini_batches": 1, "dynamic_filter": False})
-    t1 = Trainer(TrainConfig(**{**cfg, "micro_batch_size": 1}), run=tmp_path / "a", progress=False)
-    t4 = Trainer(TrainConfig(**{**cfg, "micro_batch_size": 4}), run=tmp_path / "b", progress=False)
+    t1 = wm.trainer(TrainConfig(**{**cfg, "micro_batch_size": 1}), run=tmp_path / "a", progress=False)
+    t4 = wm.trainer(TrainConfig(**{**cfg, "micro_batch_size": 4}), run=tmp_path / "b", progress=False)
     assert all(torch.equal(x, y) for x, y in zip(adapter_state(t1).values(), adapter_state(t4).values()))
     for t in (t1, t4):  # plain SGD: the step is -lr·grad (Adam's g/√v would amplify float noise in tiny grads)
         t.optimizer = torch.optim.SGD(t.policy.trainable_parameters(), lr=1.0)
@@ -265,7 +273,7 @@ def test_micro_batches_do_not_change_the_update(tmp_path):
 
 def test_reward_stage_switches_at_the_configured_step(tmp_path):
     cfg = TrainConfig(reward="when_to_search", stage_switch_step=1, steps=2, preset="grpo", encoder="none", **TINY)
-    tr = Trainer(cfg, run=tmp_path, progress=False)
+    tr = wm.trainer(cfg, run=tmp_path, progress=False)
     tr.train()
     rows = [r for r in tr.run.step_metrics() if "reward_mean" in r]
     assert [r["stage"] for r in rows] == [1, 2]
@@ -296,7 +304,7 @@ def test_kl_anneal_follows_training_steps_not_optimizer_steps(tmp_path):
     # issue 14: gspo has 4 mini-batches (4 optimizer steps per training step); β must follow training steps
     cfg = TrainConfig(**{**TINY, "steps": 100, "reward": "dynasearcher", "preset": "gspo", "encoder": "none",
                          "loss_overrides": {"kl_coef": 0.1, "kl_coef_end": 0.01, "num_mini_batches": 2}})
-    tr = LengthReward(cfg, run=tmp_path, progress=False)
+    tr = LengthReward(cfg, wm.run_parts(cfg), run=tmp_path, progress=False)
     sb = tr.collect(1)
     tr.opt_step = 48  # as after 24 training steps of 2 optimizer steps each
     st = tr.update(tr.build(sb), step=25)
@@ -318,7 +326,7 @@ class FailingReward(LengthReward):
 
 def test_failed_rewards_get_zero_advantage_and_stop_the_run(tmp_path):
     cfg = TrainConfig(**{**TINY, "steps": 2, "reward": "dynasearcher", "preset": "grpo", "encoder": "none"})
-    tr = FailingReward(cfg, run=tmp_path / "a", progress=False)
+    tr = FailingReward(cfg, wm.run_parts(cfg), run=tmp_path / "a", progress=False)
     sb = tr.collect(1)
     assert np.isnan(sb.features["reward"][0]) and sb.features["advantage"][0] == 0.0 and sb.n_failed == 1
     group = sb.features["group_id"] == sb.features["group_id"][0]
@@ -329,7 +337,8 @@ def test_failed_rewards_get_zero_advantage_and_stop_the_run(tmp_path):
     assert json.loads((tr.run.path / "metrics.jsonl").read_text().splitlines()[-1])["n_failed_rewards"] == 1
     FailingReward.fail_all = True
     try:
-        bad = FailingReward(TrainConfig(**{**cfg.to_dict(), "max_failed_share": 0.5}), run=tmp_path / "b", progress=False)
+        bad_cfg = TrainConfig(**{**cfg.to_dict(), "max_failed_share": 0.5})
+        bad = FailingReward(bad_cfg, wm.run_parts(bad_cfg), run=tmp_path / "b", progress=False)
         from workbench.rl.trainer import FailedRewardsError
 
         with pytest.raises(FailedRewardsError, match=r"4 of 4 trajectories.*max_failed_share=0.5.*judge \(4 NaN\)"):

@@ -81,7 +81,7 @@ def test_trl_rewards_on_the_trajectories_equal_the_rubric(both, setup):
     _, _, examples = setup
     rubric = get_method(METHOD).rubric()
     want = rubric(compute_features(engine, examples, encoder=False, cache=False))
-    funcs, weights = to_trl(METHOD, METHOD, encoder=False, cache=False)
+    funcs, weights = to_trl(get_method(METHOD).rubric(), get_method(METHOD).get_protocol(), encoder=False, cache=False)
     cols = {k: [trl_row(ex, get_method(METHOD).get_protocol())[k] for ex in examples]
             for k in ("answers", "question", "hops", "supporting_titles")}
     decoded = [[{"role": "assistant", "content": "<answer> not this </answer>"}]] * 2  # the trajectory wins
@@ -160,7 +160,7 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     import torch
     from peft import LoraConfig
 
-    from workbench.methods.search_r1 import r_em
+    from workbench.methods.search_r1.reward import r_em
     from workbench.models import load_policy
     from workbench.rewards.rubric import Rubric
 
@@ -170,7 +170,7 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     model, tok = load_policy(device="cpu")  # its own copy: peft wraps the model it is given
     rf = RolloutFunc(proto, toolbox, config=RolloutConfig(max_turns=2, max_new_tokens=32, seed=0), examples=examples)
     rubric = Rubric([r_em, r_invalid], [1.0, 0.5], name="trl_test")
-    funcs, weights = to_trl(rubric, METHOD, encoder=False, cache=False)
+    funcs, weights = to_trl(rubric, proto, encoder=False, cache=False)
     args = trl.GRPOConfig(
         output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
         max_completion_length=96, learning_rate=1e-3, beta=0.0, reward_weights=[*weights, 1.0], logging_steps=1,

@@ -12,7 +12,7 @@ pd = pytest.importorskip("pandas")
 
 from workbench.cli import main  # noqa: E402
 from workbench.integrations.verl.export import export_verl, verl_overrides  # noqa: E402
-from workbench.methods.base import get_method, method_names  # noqa: E402
+from workbench.methods import get_method, method_names  # noqa: E402
 
 #: Columns verl's RLHFDataset / reward manager read (prompt_key=prompt, reward_fn_key=data_source).
 VERL_COLUMNS = {"data_source", "prompt", "ability", "reward_model", "extra_info"}

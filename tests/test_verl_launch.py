@@ -10,7 +10,7 @@ import pytest
 
 from tests.verl_env import requires_verl_env, run_in_verl
 from workbench.integrations.verl.export import export_verl
-from workbench.methods.base import get_method, method_names
+from workbench.methods import get_method, method_names
 
 pytestmark = [pytest.mark.slow, requires_verl_env]
 TRAINED = [n for n in method_names() if get_method(n).reward is not None]

@@ -28,7 +28,8 @@ import pytest
 from widgets.inspector import load_inspector_data, trajectory_inspector
 from workbench.eval.filters import correct_mask, filter_trajectories
 from workbench.eval.runner import evaluate
-from workbench.rewards import compute_features, get_preset, save_features
+from workbench.methods import get_preset
+from workbench.rewards import compute_features, save_features
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig
 from workbench.runs import Run

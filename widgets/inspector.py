@@ -141,7 +141,7 @@ class TrajectoryInspector:
     """State and widgets of the inspector; :func:`trajectory_inspector` returns its ``box``."""
 
     def __init__(self, data: InspectorData, tokenizer: Any = None, preset: str | None = None):
-        from workbench.rewards import PRESETS
+        from workbench.methods import PRESETS
 
         self.data, self.tokenizer = data, tokenizer
         self.frame, self.trajectories = data.frame, data.trajectories
@@ -342,7 +342,7 @@ class TrajectoryInspector:
         self.apply_filters()
 
     def _rescore(self) -> None:
-        from workbench.rewards import get_preset
+        from workbench.methods import get_preset
 
         d = self.data
         if d.features is not None:

@@ -30,8 +30,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.rewards import PRESETS, Counterfactual, counterfactual, featurize_run, get_preset, load_features
-from workbench.rewards.presets import METRIC_COLUMNS
+from workbench.methods import PRESETS, get_preset
+from workbench.rewards import Counterfactual, counterfactual, featurize_run, load_features
+from workbench.rewards.components import METRIC_COLUMNS
 from workbench.rewards.rubric import Rubric, Spec
 
 OLD, NEW = "#9aa5b1", "#1f77b4"
@@ -337,7 +338,7 @@ def reward_playground(
 
     Args:
         source: see :func:`playground_features`.
-        preset: the starting preset (``workbench.rewards.PRESETS``).
+        preset: the starting preset (``workbench.methods.PRESETS``).
         params: parameter values to start from (as if the sliders were moved); old = the defaults.
         weights: component weights to start from.
         bins: histogram bins.

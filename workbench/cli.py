@@ -176,22 +176,18 @@ def _json_arg(text: str):
 def train_command(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from workbench.rl.trainer import TrainConfig, Trainer
+    from workbench import methods
+    from workbench.rl.trainer import TrainConfig
     from workbench.threads import apply_threads
 
     apply_threads(args.threads)
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.resume:
-        trainer = Trainer.resume(args.resume, progress=not args.no_progress, **given)
-    else:
-        if args.config:  # a `method:` key in the file, or --method, starts from that method's declaration
-            cfg = TrainConfig.from_file(args.config, **given)
-        elif given.get("method"):
-            cfg = TrainConfig.from_method(given.pop("method"), **given)
-        else:
-            cfg = TrainConfig(**given)
-        trainer = Trainer(cfg, run=args.out, progress=not args.no_progress)
+        trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
+    else:  # a `method:` key in the file, or --method, starts from that method's declaration
+        cfg = methods.train_config_file(args.config, **given) if args.config else methods.train_config(**given)
+        trainer = methods.trainer(cfg, run=args.out, progress=not args.no_progress)
     if trainer.rank == 0:
         print(f"training {trainer.config.preset} / {trainer.config.reward} / {trainer.config.protocol} on "
               f"{trainer.config.model}: {trainer.config.steps} steps -> {trainer.run.path}", flush=True)
@@ -238,7 +234,9 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
 def expert_command(args: argparse.Namespace) -> int:
     from workbench.data.world import load_world
     from workbench.models import load_tokenizer
-    from workbench.rl.expert import expert_protocol, expert_traces, format_yield, write_expert_run
+    from workbench.eval.expert import write_expert_run
+    from workbench.methods import METHODS, get_method
+    from workbench.rl.expert import expert_traces, format_yield
     from workbench.tools.toolbox import build_toolbox
 
     world = load_world()
@@ -250,9 +248,13 @@ def expert_command(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.model)
     results = {}
     for method in [m.strip() for m in args.method.split(",") if m.strip()]:
-        protocol = expert_protocol(method, **(args.protocol_kwargs or {}))
+        m = get_method(method)
+        if m.expert is None:
+            raise ValueError(f"--method {method}: no expert writer (its protocol {m.protocol.name!r} has none); "
+                             f"methods with one: {', '.join(n for n, x in METHODS.items() if x.expert is not None)}")
+        protocol = m.training_protocol(**(args.protocol_kwargs or {}))
         toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
-        res = expert_traces(examples, protocol, toolbox, tokenizer, world, method=method,
+        res = expert_traces(examples, protocol, m.expert, toolbox, tokenizer, world, method=method,
                             max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
                             progress=not args.no_progress)
         run = write_expert_run(res, method, protocol, out=args.out, split=args.split,
@@ -316,21 +318,18 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list) -> None:
 def sft_command(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from workbench.rl.sft import SFTConfig, SFTTrainer
+    from workbench import methods
+    from workbench.rl.sft import SFTConfig
     from workbench.threads import apply_threads
 
     apply_threads(args.threads)  # --threads comes with the train flags
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(SFTConfig) if getattr(args, f.name) is not None}
     if args.resume:
-        trainer = SFTTrainer.resume(args.resume, progress=not args.no_progress, **given)
+        trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:
-        if args.config:
-            cfg = SFTConfig.from_file(args.config, **given)
-        elif given.get("method"):
-            cfg = SFTConfig.from_method(given.pop("method"), **given)
-        else:
-            cfg = SFTConfig(**given)
-        trainer = SFTTrainer(cfg, run=args.out, progress=not args.no_progress)
+        cfg = (methods.train_config_file(args.config, SFTConfig, **given) if args.config
+               else methods.train_config(config_class=SFTConfig, **given))
+        trainer = methods.trainer(cfg, run=args.out, progress=not args.no_progress)
     cfg = trainer.config
     print(f"SFT of {cfg.model} on {cfg.protocol}: {cfg.steps} steps of {cfg.batch_size} trajectories "
           f"-> {trainer.run.path}", flush=True)
@@ -522,8 +521,35 @@ def regress(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- main
 
-from workbench import schema as _schema  # noqa: E402  (argparse and pandas only)
 from workbench.integrations import cli_commands as _ic  # noqa: E402  (argparse only; the work is imported lazily)
+
+# --------------------------------------------------------------------------- schema
+
+def _schema_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (
+        "examples:\n"
+        "  workbench schema                      # both files\n"
+        "  workbench schema --file features      # features.parquet: features, judges, rewards, training columns\n"
+        "  workbench schema --json | jq '.[] | select(.dtype == \"bool\")'\n"
+        "dtypes are the Parquet (Arrow) types in the file: counts int64/int32, flags bool, text string; NULL = missing.\n"
+        "<name> and <component> stand for a judge's name and a reward preset's component."
+    )
+    p.add_argument("--file", choices=("trajectories", "features"), default=None, help="one run file only (default: both)")
+    p.add_argument("--json", action="store_true", help="a JSON list of {file, name, dtype, meaning} instead of the table")
+
+
+def schema_command(args: argparse.Namespace) -> int:
+    from workbench.methods import PRESETS
+    from workbench.schema import format_schema, schema
+
+    df = schema(args.file, presets=PRESETS.values())
+    if args.json:
+        print(json.dumps(df.to_dict("records"), indent=1, ensure_ascii=False))
+    else:
+        print(format_schema(df), end="")
+    return 0
+
 
 #: name -> (add_arguments, run, help)
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
@@ -543,7 +569,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
                "export a method for verl: dataset parquet, reward module, launch script"),
     "import": (_ic.import_args, _ic.import_command,
                "import a verl run (rollout/validation dumps, metrics) as a workbench run"),
-    "schema": (_schema.schema_args, _schema.schema_command,
+    "schema": (_schema_args, schema_command,
                "every column of a run's trajectories.parquet and features.parquet: dtype and meaning"),
 }
 

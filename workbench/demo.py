@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.eval.config import TRAINED
 from workbench.eval.runner import metrics_table, run_eval
 from workbench.paths import repo_root
 from workbench.runs import Run
@@ -144,7 +145,7 @@ def run_demo(
     t_start = time.perf_counter()
     methods, adapter = list(DEMO_METHODS), adapter_for(model)
     if adapter is None:
-        methods = [m for m in methods if not m.endswith("+lora")]
+        methods = [m for m in methods if not m.endswith(TRAINED)]
     _say(f"[1/3] evaluating {limit} dev questions of the synthetic world x {group_size} samples (temperature "
          f"{temperature:g}): {', '.join(methods)}")
     if adapter is not None:

@@ -3,8 +3,8 @@ Parquet (Arrow) dtype and what it means. ``workbench schema`` prints it; the das
 tooltips on its column headers.
 
 The features' columns come from their registry (:mod:`workbench.rewards.columns`, where a method adds its
-own), the reward columns from the registered presets (one ``reward_<component>`` per component, documented
-by the component's docstring), the trajectories' from :func:`workbench.trajectory.save_trajectories`' Arrow
+own), the reward columns from the reward presets passed in (``workbench.methods.PRESETS``: one
+``reward_<component>`` per component, documented by the component's docstring), the trajectories' from :func:`workbench.trajectory.save_trajectories`' Arrow
 schema plus the columns the eval and training writers add.
 
 >>> s = schema("features").set_index("name")
@@ -16,11 +16,14 @@ schema plus the columns the eval and training writers add.
 
 from __future__ import annotations
 
-import argparse
-import json
 import textwrap
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from workbench.rewards.preset import RewardPreset
 
 FILES = {"trajectories": "trajectories.parquet", "features": "features.parquet"}
 SCHEMA_COLUMNS = ["file", "name", "dtype", "meaning"]
@@ -89,57 +92,55 @@ def trajectories_schema() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SCHEMA_COLUMNS)
 
 
-def reward_components() -> dict[str, str]:
-    """``reward_<component>`` → what it is, for every component of every registered preset (a name two presets
-    share lists both)."""
-    from workbench.rewards.presets import get_preset, preset_names
-
+def reward_components(presets: Iterable[RewardPreset] = ()) -> dict[str, str]:
+    """``reward_<component>`` → what it is, for every component of each preset (``workbench.methods.PRESETS``; a name
+    two presets share lists both)."""
     out: dict[str, list[str]] = {}
-    for p in preset_names():
-        rubric = get_preset(p)
+    for preset in sorted(presets, key=lambda p: p.name):
+        rubric = preset()
         for fn in rubric.components:
             doc = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split()) or "(undocumented)"
             w = rubric.weights[fn.__name__]
-            out.setdefault(f"reward_{fn.__name__}", []).append(f"{p} (weight {w:g}): {doc}")
+            out.setdefault(f"reward_{fn.__name__}", []).append(f"{preset.name} (weight {w:g}): {doc}")
     return {k: "; ".join(v) for k, v in sorted(out.items())}
 
 
-def features_schema(components: bool = True) -> pd.DataFrame:
+def features_schema(presets: Iterable[RewardPreset] = ()) -> pd.DataFrame:
     """``file, name, dtype, meaning`` of every column ``features.parquet`` can hold: the registered features, the
-    per-judge ones, the rewards beside them (with every preset's components when ``components``) and training's."""
+    per-judge ones, the rewards beside them (with each of ``presets``' components) and training's."""
     from workbench.rewards.columns import ARROW_TYPES, describe_columns
 
     cols = describe_columns()
     rows = [("features", r.name, ARROW_TYPES[r.dtype], r.meaning) for r in cols.itertuples()]
-    if components:
-        at = next(i for i, r in enumerate(rows) if r[1] == "reward_<component>") + 1
-        rows[at:at] = [("features", n, "double", m) for n, m in reward_components().items()]
+    at = next(i for i, r in enumerate(rows) if r[1] == "reward_<component>") + 1
+    rows[at:at] = [("features", n, "double", m) for n, m in reward_components(presets).items()]
     return pd.DataFrame(rows, columns=SCHEMA_COLUMNS)
 
 
-def schema(file: str | None = None, components: bool = True) -> pd.DataFrame:
-    """The schema of one file (``trajectories`` or ``features``) or of both (``None``)."""
+def schema(file: str | None = None, presets: Iterable[RewardPreset] = ()) -> pd.DataFrame:
+    """The schema of one file (``trajectories`` or ``features``) or of both (``None``), with the reward components
+    of ``presets``."""
     if file is not None and file not in FILES:
         raise ValueError(f"--file {file!r}: no such run file; choose one of {', '.join(FILES)}")
-    parts = {"trajectories": trajectories_schema, "features": lambda: features_schema(components)}
+    parts = {"trajectories": trajectories_schema, "features": lambda: features_schema(presets)}
     return pd.concat([parts[f]() for f in FILES if file in (None, f)], ignore_index=True)
 
 
-def meanings(components: bool = False) -> dict[str, str]:
+def meanings() -> dict[str, str]:
     """Column name → meaning over both files (a features column wins over a trajectory column of the same
     name: it is the one a reward reads); pattern names (``judge_<name>``) are kept as patterns."""
-    df = schema(components=components)
+    df = schema()
     return dict(zip(df["name"][::-1], df["meaning"][::-1]))
 
 
-def describe(name: str) -> str | None:
-    """What column ``name`` means (``judge_lasj_raw`` and ``reward_r_acc`` resolve to their patterns); None if no
-    run file has such a column."""
+def describe(name: str, presets: Iterable[RewardPreset] = ()) -> str | None:
+    """What column ``name`` means (``judge_lasj_raw`` and ``reward_r_acc`` resolve to their patterns; a component of
+    one of ``presets`` to its own docstring); None if no run file has such a column."""
     from workbench.rewards.columns import column_info
 
     info = column_info(name)
     if info is not None and name.startswith("reward_") and info.name == "reward_<component>":
-        return reward_components().get(name, info.meaning)
+        return reward_components(presets).get(name, info.meaning)
     return info.meaning if info is not None else meanings().get(name)
 
 
@@ -155,29 +156,3 @@ def format_schema(df: pd.DataFrame, width: int = 110) -> str:
             out += [f"  {'':<{nw}}  {'':<{tw}}  {line}" for line in lines[1:]]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
-
-
-# --------------------------------------------------------------------------- CLI (registered in workbench.cli)
-
-
-def schema_args(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = (
-        "examples:\n"
-        "  workbench schema                      # both files\n"
-        "  workbench schema --file features      # features.parquet: features, judges, rewards, training columns\n"
-        "  workbench schema --json | jq '.[] | select(.dtype == \"bool\")'\n"
-        "dtypes are the Parquet (Arrow) types in the file: counts int64/int32, flags bool, text string; NULL = missing.\n"
-        "<name> and <component> stand for a judge's name and a reward preset's component."
-    )
-    p.add_argument("--file", choices=tuple(FILES), default=None, help="one run file only (default: both)")
-    p.add_argument("--json", action="store_true", help="a JSON list of {file, name, dtype, meaning} instead of the table")
-
-
-def schema_command(args: argparse.Namespace) -> int:
-    df = schema(args.file)
-    if args.json:
-        print(json.dumps(df.to_dict("records"), indent=1, ensure_ascii=False))
-    else:
-        print(format_schema(df), end="")
-    return 0

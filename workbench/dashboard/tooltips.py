@@ -39,6 +39,7 @@ def column_tooltips(columns: list[str], means: bool = False) -> dict[str, str]:
     >>> column_tooltips(["failed", "em", "answered"], means=True)["em"][:20]
     'mean of: exact match'
     """
+    from workbench.methods import PRESETS
     from workbench.schema import describe
 
     out = {}
@@ -48,7 +49,7 @@ def column_tooltips(columns: list[str], means: bool = False) -> dict[str, str]:
         elif means and c == "answered":
             tip = "share of trajectories with an answer"
         else:
-            meaning = describe(c)
+            meaning = describe(c, PRESETS.values())
             tip = f"mean of: {meaning}" if meaning and means and c in MEAN_COLUMNS else meaning
         if tip:
             out[c] = tip

@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "EvalConfig": "config", "field_docs": "config", "parse_methods": "config", "valid_methods": "config",
+    "EvalConfig": "config", "EvalEntry": "config", "field_docs": "config", "parse_methods": "config",
     "EvalData": "runner", "EvalResult": "runner", "evaluate": "runner", "flat_metrics": "runner",
     "format_table": "runner", "load_eval_data": "runner", "metrics_table": "runner", "missing_tools": "runner",
     "run_eval": "runner", "score": "runner", "summarize": "runner", "tool_share": "runner",

@@ -1,7 +1,7 @@
 """A trained LoRA adapter evaluated beside the untrained model (``workbench eval --adapter DIR``).
 
-A method name with the suffix ``+lora`` (``search_r1+lora``) is the method rolled out with the
-adapter; the plain name (``search_r1``) is the same model with the adapter disabled. Both go in one
+A method name with the suffix ``+lora`` (``search_r1+lora``; :class:`~workbench.eval.config.EvalEntry` reads it) is
+the method rolled out with the adapter; the plain name (``search_r1``) is the same model with the adapter disabled. Both go in one
 run, so every table, the dashboard and the inspector's diff view compare them question by question::
 
     workbench eval --method search_r1,search_r1+lora --adapter runs/<sft or train run> --split dev
@@ -17,19 +17,6 @@ import contextlib
 import os
 from pathlib import Path
 from typing import Any
-
-#: The suffix of a method evaluated with the adapter.
-TRAINED = "+lora"
-
-
-def split_method(name: str) -> tuple[str, bool]:
-    """``"search_r1+lora"`` -> ``("search_r1", True)``; a plain name -> ``(name, False)``.
-
-    >>> split_method("search_r1+lora"), split_method("direct")
-    (('search_r1', True), ('direct', False))
-    """
-    return (name[: -len(TRAINED)], True) if name.endswith(TRAINED) else (name, False)
-
 
 def resolve_adapter(path: str | os.PathLike) -> Path:
     """The adapter directory ``path`` names (an adapter directory, or a run's newest checkpoint);

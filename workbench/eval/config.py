@@ -24,57 +24,79 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from workbench.methods import Method
+    from workbench.protocols.base import Protocol
     from workbench.rollout.engine import RolloutConfig
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def valid_methods() -> list[str]:
-    """Names ``--method`` accepts: the registered methods (``workbench methods``), and any registered
-    protocol without a method of its own (rolled out with its default arguments)."""
-    from workbench.methods import method_names
-    from workbench.protocols import protocol_names
-
-    return sorted(set(method_names()) | set(protocol_names()))
+#: The suffix of a method evaluated with the ``--adapter`` (``search_r1+lora``); the plain name is the same model
+#: with the adapter disabled.
+TRAINED = "+lora"
 
 
-def protocol_takes(method: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The items of ``kwargs`` the protocol of ``method`` (a method or protocol name, ``+lora`` allowed)
-    takes as constructor arguments."""
-    from workbench.methods import discover
-    from workbench.protocols.base import PROTOCOLS, get_protocol
-
-    base = method[: -len("+lora")] if method.endswith("+lora") else method
-    methods = discover()
-    name = methods[base].protocol if base in methods else base
-    get_protocol(name)  # registered (or a one-line error for an unknown name)
+def protocol_takes(protocol: type[Protocol], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The items of ``kwargs`` that ``protocol``'s constructor takes."""
     out = {}
     for k, v in kwargs.items():  # a constructor with **kwargs passes them on: try each one
         try:
-            PROTOCOLS[name](**{k: v})
+            protocol(**{k: v})
         except TypeError:
             continue
         out[k] = v
     return out
 
 
+@dataclass(frozen=True)
+class EvalEntry:
+    """One method as an evaluation rolls it out, resolved once from the name given (``--method``): the method,
+    whether it runs with the ``--adapter`` (the name ends in ``+lora``: the one place that suffix is read), and its
+    protocol built with the method's arguments and the eval's ``protocol_kwargs`` (those it takes)."""
+
+    label: str
+    """The name given, e.g. ``search_r1+lora``: the method column of the run's tables."""
+    method: Method
+    trained: bool
+    protocol: Protocol
+
+    @classmethod
+    def parse(cls, name: str, protocol_kwargs: dict[str, Any] | None = None) -> EvalEntry:
+        """``"search_r1+lora"`` -> search_r1 with the adapter (a one-line error for an unknown name).
+
+        >>> e = EvalEntry.parse("search_r1+lora", {"observation_mode": "chat"})
+        >>> e.method.name, e.trained, e.protocol.config()["observation_mode"]
+        ('search_r1', True, 'chat')
+        """
+        from workbench.methods import METHODS
+
+        base, trained = (name[: -len(TRAINED)], True) if name.endswith(TRAINED) else (name, False)
+        if base not in METHODS:
+            raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)} "
+                             f"(each also as NAME{TRAINED}: with the --adapter)")
+        method = METHODS[base]
+        return cls(name, method, trained, method.get_protocol(**protocol_takes(method.protocol, protocol_kwargs or {})))
+
+    @property
+    def rubric(self) -> Any:
+        """The method's reward (its preset with its parameters), scored beside its rows; None for a baseline."""
+        return self.method.rubric() if self.method.reward is not None else None
+
+
 def parse_methods(methods: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """``"direct,search_r1"`` or a list -> a tuple of known method names (order kept, repeats dropped).
+    """``"direct,search_r1"`` or a list -> a tuple of method names (order kept, repeats dropped; unknown names are
+    refused by :meth:`EvalEntry.parse`).
 
     >>> parse_methods(" direct ,search_r1,direct")
     ('direct', 'search_r1')
     """
     items = methods.split(",") if isinstance(methods, str) else list(methods)
-    names = list(dict.fromkeys(str(m).strip() for m in items if str(m).strip()))
-    valid = valid_methods()
+    names = tuple(dict.fromkeys(str(m).strip() for m in items if str(m).strip()))
     if not names:
-        raise ValueError(f"no method given; valid methods: {', '.join(valid)}")
-    for name in names:
-        base = name[: -len("+lora")] if name.endswith("+lora") else name  # eval.adapters.TRAINED
-        if base not in valid:
-            raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(valid)} "
-                             "(each also as NAME+lora: with the --adapter)")
-    return tuple(names)
+        from workbench.methods import method_names
+
+        raise ValueError(f"no method given; valid methods: {', '.join(method_names())}")
+    return names
 
 
 @dataclass
@@ -204,18 +226,20 @@ class EvalConfig:
                 raise ValueError(f"--protocol-kwargs is not JSON ({e}): e.g. '{{\"observation_mode\": \"chat\"}}'") from None
         if not isinstance(self.protocol_kwargs, dict):
             raise ValueError(f"--protocol-kwargs must be a JSON object, got {self.protocol_kwargs!r}")
+        self.entries = [EvalEntry.parse(m, self.protocol_kwargs) for m in self.methods]
+        """The methods resolved once (:class:`EvalEntry`), in order."""
         if self.protocol_kwargs:
-            used = {k for m in self.methods for k in protocol_takes(m, self.protocol_kwargs)}
+            used = {k for e in self.entries for k in protocol_takes(e.method.protocol, self.protocol_kwargs)}
             unused = sorted(set(self.protocol_kwargs) - used)
             if unused:
                 raise ValueError(f"--protocol-kwargs {unused} is taken by none of the methods {', '.join(self.methods)}"
                                  " (workbench methods NAME shows a method's protocol arguments)")
-        lora = [m for m in self.methods if m.endswith("+lora")]
+        lora = [e.label for e in self.entries if e.trained]
         if lora and not self.adapter:
             raise ValueError(f"method {lora[0]!r} needs --adapter DIR (a LoRA adapter or an sft/train run)")
         if self.adapter and not lora:
-            raise ValueError(f"--adapter {self.adapter} is given but no method is named M+lora to use it "
-                             "(e.g. --method search_r1,search_r1+lora)")
+            raise ValueError(f"--adapter {self.adapter} is given but no method is named M{TRAINED} to use it "
+                             f"(e.g. --method search_r1,search_r1{TRAINED})")
         if self.adapter:
             from workbench.eval.adapters import resolve_adapter
 

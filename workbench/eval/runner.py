@@ -42,9 +42,9 @@ import numpy as np
 import pandas as pd
 
 from workbench.data.example import Example
-from workbench.eval.config import DEFAULT_MODEL, EvalConfig
-from workbench.protocols.base import Protocol, get_protocol
-from workbench.rewards.metrics import answer_metrics
+from workbench.eval.config import DEFAULT_MODEL, EvalConfig, EvalEntry
+from workbench.protocols.base import Protocol
+from workbench.rewards.outcomes import MEAN_KEYS, OUTCOME_KEYS, score, summarize  # noqa: F401 (re-exported)
 from workbench.rollout.backends.base import Backend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.runs import Run
@@ -69,88 +69,10 @@ SUMMARY_COLUMNS = {
     "answered": "answered",
     "demo_leak": "demo leak",
 }
-#: Means computed per method and per hop count.
-MEAN_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "searches", "tokens", "seconds",
-             "tool_seconds", "valid_actions", "answered", "format_ok")
 #: Per-method figures that have no per-hop value (the method's wall time is shared by its hop levels).
 METHOD_KEYS = ("wall_seconds_per_answer", "tool_share")
 FEATURES_FILE = "features.parquet"
 
-
-#: Outcome columns of a row: NaN for a trajectory whose backend or a tool failed (it is not scored as an answer).
-OUTCOME_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "valid_actions", "answered", "format_ok")
-
-
-def score(trajs: list[Trajectory], examples: list[Example]) -> list[dict[str, Any]]:
-    """One row per trajectory: answer metrics against the example's gold answers, plus counts.
-
-    A question without gold answers has NaN ``em``/``cem``/``f1`` (``has_gold`` 0). A trajectory
-    whose policy backend or a tool failed has NaN in every ``OUTCOME_KEYS`` column and says what
-    failed in ``failure`` (as the features table does); costs (searches, tokens, seconds) are kept.
-    """
-    from workbench.rewards.features import trajectory_failures
-    from workbench.rewards.metrics import demo_leak, in_context_answers, multi_option
-
-    by_id = {e.id: e for e in examples}
-    rows = []
-    for t in trajs:
-        ex = by_id.get(t.example_id)
-        golds = [a for a in (ex.answers if ex else []) if a is not None]
-        n_actions = len(t.actions)
-        failures = trajectory_failures(t)
-        metrics = answer_metrics(t.answer, golds)
-        multi = multi_option(t.answer, t.question, golds)
-        row = {
-            "id": t.id,
-            "example_id": t.example_id,
-            "protocol": t.protocol,
-            "hops": ex.hops if ex else None,
-            "qtype": ex.qtype if ex else None,
-            "has_gold": float(bool(golds)),
-            **metrics,
-            "cem_strict": metrics["cem"] * (1.0 - multi),  # NaN without gold, like cem
-            "multi_option": multi,
-            "demo_leak": demo_leak(t.answer, in_context_answers(t.prompt_text), golds),
-            "searches": t.n_searches,
-            "tokens": t.n_policy_tokens,
-            "seconds": t.latency_s,
-            "tool_seconds": t.tool_latency_s,
-            "valid_actions": (n_actions - t.n_invalid) / n_actions if n_actions else 0.0,
-            "answered": float(t.answer is not None),
-            "format_ok": float(bool(t.flags.get("format_ok"))),
-            "finish_reason": t.finish_reason,
-            "failure": "\n".join(failures) or None,
-        }
-        if failures:
-            row.update(dict.fromkeys(OUTCOME_KEYS, float("nan")))
-        rows.append(row)
-    return rows
-
-
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Means of the metric columns, overall and per hop count (``by_hops``, keys are strings).
-
-    A mean is over the rows where the value is known: questions without gold answers
-    (``n_without_gold``) are left out of ``em``/``cem``/``f1``, failed trajectories
-    (``n_failed``: backend or tool failure) out of every outcome mean. ``n`` counts all rows.
-    """
-
-    def means(rs: list[dict[str, Any]]) -> dict[str, float]:
-        out: dict[str, float] = {
-            "n": len(rs),
-            "n_without_gold": sum(1 for r in rs if not r.get("has_gold", 1.0)),
-            "n_failed": sum(1 for r in rs if r.get("failure")),
-        }
-        for k in MEAN_KEYS:
-            vals = np.array([np.nan if r[k] is None else r[k] for r in rs], dtype=np.float64)
-            vals = vals[~np.isnan(vals)]
-            out[k] = float(vals.mean()) if vals.size else float("nan")
-        return out
-
-    summary = means(rows)
-    hops = sorted({r["hops"] for r in rows if r.get("hops") is not None})
-    summary["by_hops"] = {str(h): means([r for r in rows if r.get("hops") == h]) for h in hops}
-    return summary
 
 
 @dataclass
@@ -161,6 +83,8 @@ class EvalResult:
     summary: dict[str, Any]
     seconds: float
     config: dict[str, Any] = field(default_factory=dict)
+    rubric: Any = None
+    """The method's reward rubric (scored beside its rows in ``features.parquet``); None: no reward."""
 
     @property
     def tool_seconds(self) -> float:
@@ -168,26 +92,8 @@ class EvalResult:
         return float(sum(t.tool_latency_s for t in self.trajectories))
 
 
-def resolve_method(method: str | Protocol, protocol_kwargs: dict[str, Any] | None = None) -> tuple[str, Protocol]:
-    """``(label, protocol)`` for a method name (its declared protocol and arguments), a bare protocol
-    name, or a Protocol instance. ``protocol_kwargs`` go on top, those the protocol's constructor takes
-    (``{"observation_mode": "chat"}`` leaves ``direct`` alone)."""
-    if isinstance(method, Protocol):
-        return method.name, method
-    from workbench.eval.adapters import split_method
-    from workbench.eval.config import protocol_takes
-    from workbench.methods import discover
-
-    label, method = method, split_method(method)[0]
-    methods = discover()
-    extra = protocol_takes(method, protocol_kwargs or {})
-    if method in methods:
-        return label, methods[method].get_protocol(**extra)
-    return label, get_protocol(method, **extra)
-
-
 def evaluate(
-    method: str | Protocol,
+    method: str | EvalEntry | Protocol,
     examples: list[Example],
     backend: Backend,
     toolbox: Toolbox | Callable[[Example], Toolbox] | None = None,
@@ -196,13 +102,17 @@ def evaluate(
     meta: dict[str, Any] | None = None,
     protocol_kwargs: dict[str, Any] | None = None,
 ) -> EvalResult:
-    """Roll out ``method`` (a method name, a protocol name or a Protocol) on ``examples`` and score it.
+    """Roll out ``method`` (an :class:`EvalEntry`, a method name, or a bare Protocol) on ``examples`` and score it.
 
     ``toolbox`` is one Toolbox for all questions, or a function ``example -> Toolbox`` giving each
     question its own tools (``--corpus per-question``); then each question is rolled out on its own.
-    ``protocol_kwargs`` go over the method's declared protocol arguments (:func:`resolve_method`).
+    ``protocol_kwargs`` go over a method name's declared protocol arguments (:meth:`EvalEntry.parse`).
     """
-    label, protocol = resolve_method(method, protocol_kwargs)
+    if isinstance(method, Protocol):
+        label, protocol, rubric = method.name, method, None
+    else:
+        entry = method if isinstance(method, EvalEntry) else EvalEntry.parse(method, protocol_kwargs)
+        label, protocol, rubric = entry.label, entry.protocol, entry.rubric
     factory = toolbox if toolbox is not None and not isinstance(toolbox, Toolbox) else None
     if factory is not None:
         toolbox = factory(examples[0]) if examples else Toolbox()
@@ -231,16 +141,18 @@ def evaluate(
     summary["wall_seconds"] = secs
     summary["wall_seconds_per_answer"] = secs / len(trajs) if trajs else float("nan")
     summary["tool_share"] = sum(t.tool_latency_s for t in trajs) / secs if secs > 0 else 0.0
-    return EvalResult(label, trajs, rows, summary, secs, {"protocol": protocol.config(), "rollout": cfg.to_dict()})
+    return EvalResult(label, trajs, rows, summary, secs, {"protocol": protocol.config(), "rollout": cfg.to_dict()},
+                      rubric)
 
 
 def write_eval_run(
     run: Run, results: list[EvalResult], examples: list[Example], features: bool = True,
-    timings: dict[str, float] | None = None, complete: bool = True,
+    timings: dict[str, float] | None = None, extra_metrics: dict[str, Any] | None = None,
 ) -> Run:
-    """Write trajectories (all methods in one table, with their metric columns), examples, metrics
-    and, with ``features``, the reward features table (``features.parquet``, no embeddings) that the
-    reward playground and the dashboard read; then, with ``complete``, the run's completion marker."""
+    """Write trajectories (all methods in one table, with their metric columns), examples, with ``features``
+    the reward features table (``features.parquet``, no embeddings; each method's rubric scored beside its
+    rows) that the reward playground and the dashboard read, then ``metrics.json`` (with ``extra_metrics``)
+    and last the run's completion marker. Each file is written once."""
     trajs = [t for r in results for t in r.trajectories]
     rows = [row for r in results for row in r.rows]
     extra = {k: [row[k] for row in rows] for k in ("em", "cem", "cem_strict", "f1")}
@@ -249,6 +161,16 @@ def write_eval_run(
     extra["method"] = [t.meta.get("method", t.protocol) for t in trajs]
     run.write_trajectories(trajs, extra_columns=extra)
     run.write_examples(examples)
+    run.update_config(methods={r.method: r.config for r in results})
+    timings = dict(timings or {})
+    if features:
+        from workbench.rewards.features import compute_features, save_features
+        from workbench.rewards.run_rewards import add_rewards
+
+        t0 = time.perf_counter()
+        feats = compute_features(trajs, examples, encoder=False, cache=False)
+        save_features(run, add_rewards(feats, [r.rubric for r in results for _ in r.trajectories]), FEATURES_FILE)
+        timings["features_s"] = time.perf_counter() - t0
     rollout_s = sum(r.seconds for r in results)
     tool_s = sum(r.tool_seconds for r in results)
     metrics: dict[str, Any] = {
@@ -258,26 +180,11 @@ def write_eval_run(
         "rollout_seconds": rollout_s,
         "tool_seconds": tool_s,
         "tool_share": tool_s / rollout_s if rollout_s > 0 else 0.0,
+        **({"timings": timings} if timings else {}),
+        **(extra_metrics or {}),
     }
-    if timings:
-        metrics["timings"] = dict(timings)
     run.write_metrics(metrics)
-    run.update_config(methods={r.method: r.config for r in results})
-    if features:
-        from workbench.eval.adapters import split_method
-        from workbench.rewards.features import compute_features, save_features
-        from workbench.rewards.run_rewards import add_rewards, method_rubric
-
-        t0 = time.perf_counter()
-        # each method's own preset beside its rows ("search_r1+lora" is scored as search_r1)
-        rubrics = {r.method: method_rubric(split_method(r.method)[0]) for r in results}
-        feats = compute_features(trajs, examples, encoder=False, cache=False)
-        save_features(run, add_rewards(feats, [rubrics[r.method] for r in results for _ in r.trajectories]),
-                      FEATURES_FILE)
-        metrics.setdefault("timings", {})["features_s"] = time.perf_counter() - t0
-        run.write_metrics(metrics)
-    if complete:
-        run.mark_complete()
+    run.mark_complete()
     return run
 
 
@@ -429,13 +336,13 @@ def load_eval_data(cfg: EvalConfig) -> EvalData:
     return data
 
 
-def missing_tools(method: str, data: EvalData, protocol_kwargs: dict[str, Any] | None = None) -> list[str]:
-    """Why each tool ``method`` needs cannot be built from ``data`` (empty: all available)."""
+def missing_tools(protocol: Protocol, data: EvalData) -> list[str]:
+    """Why each tool ``protocol`` needs cannot be built from ``data`` (empty: all available)."""
     from workbench.tools.toolbox import ToolContext, unavailable_tools
 
     ctx = ToolContext(world=data.world, corpus=list(data.passages or []), kg=data.kg)
     out = []
-    for tool, needs in unavailable_tools(resolve_method(method, protocol_kwargs)[1], ctx):
+    for tool, needs in unavailable_tools(protocol, ctx):
         if tool == "kg":
             out.append(f"the 'kg' tool needs {needs}: pass --kg FILE... (Wikidata5M, CoDEx or FB15k-237 triples "
                        f"with their label files), or use --dataset world; dataset {data.dataset!r} has none")
@@ -501,24 +408,23 @@ def run_eval(
                   f"{100 * k['linked_share']:.0f}% of the questions")
 
     runnable = []
-    for m in cfg.methods:
-        why = missing_tools(m, data, cfg.protocol_kwargs)
+    for e in cfg.entries:
+        why = missing_tools(e.protocol, data)
         if not why:
-            runnable.append(m)
+            runnable.append(e)
             continue
-        msg = f"method {m!r} cannot run on {data.dataset!r}: " + "; ".join(why)
+        msg = f"method {e.label!r} cannot run on {data.dataset!r}: " + "; ".join(why)
         if not cfg.skip_unavailable:
             raise ValueError(msg + " (drop it from the methods, or skip such methods with --skip-unavailable)")
         _say(log, f"[skip] {msg}")
     if not runnable:
         raise ValueError(f"none of the methods {', '.join(cfg.methods)} can run on {data.dataset!r}")
 
-    protocols = [resolve_method(m, cfg.protocol_kwargs)[1] for m in runnable]
     served = None
     if cfg.retrieval_url:  # the tools call a running serve-retrieval: checked before the model loads
         from workbench.tools.remote import check_server
 
-        served = check_server(cfg.retrieval_url, {m: p.required_tools for m, p in zip(runnable, protocols)})
+        served = check_server(cfg.retrieval_url, {e.label: e.protocol.required_tools for e in runnable})
 
     t0 = time.perf_counter()
     if backend is None:
@@ -540,27 +446,28 @@ def run_eval(
     timings["model_s"] = time.perf_counter() - t0
     _say(log, f"[model] {what} ({timings['model_s']:.1f}s)")
 
-    from workbench.eval.adapters import adapter_state, split_method
+    from workbench.eval.adapters import adapter_state
     from workbench.eval.toolboxes import method_toolboxes
 
     t0 = time.perf_counter()
-    toolboxes, built = method_toolboxes(protocols, data, cfg.retriever, backend.tokenizer, served, cfg.retrieval_url)
+    toolboxes, built = method_toolboxes([e.protocol for e in runnable], data, cfg.retriever, backend.tokenizer, served,
+                                        cfg.retrieval_url)
     timings["index_s"] = time.perf_counter() - t0
     _say(log, f"[tools] {built} ({timings['index_s']:.2f}s)")
 
-    _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(runnable)}")
+    labels = [e.label for e in runnable]
+    _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(labels)}")
     results = []
-    for m, protocol in zip(runnable, protocols):
-        rc = cfg.rollout_config(max_turns=1 if not protocol.required_tools else None)
-        tb = toolboxes[tuple(sorted(protocol.required_tools))]
-        with adapter_state(getattr(backend, "model", None), split_method(m)[1]):
-            results.append(evaluate(m, data.examples, backend, tb, rc, progress=progress, meta={"model": model_name},
-                                    protocol_kwargs=cfg.protocol_kwargs))
-        _say(log, f"       {m}: {results[-1].seconds:.1f}s")
+    for e in runnable:
+        rc = cfg.rollout_config(max_turns=1 if not e.protocol.required_tools else None)
+        tb = toolboxes[tuple(sorted(e.protocol.required_tools))]
+        with adapter_state(getattr(backend, "model", None), e.trained):
+            results.append(evaluate(e, data.examples, backend, tb, rc, progress=progress, meta={"model": model_name}))
+        _say(log, f"       {e.label}: {results[-1].seconds:.1f}s")
     timings["eval_s"] = sum(r.seconds for r in results)
 
     run = Run.create(
-        out, kind="eval", name=name or f"{data.dataset}-{'-'.join(runnable)}",
+        out, kind="eval", name=name or f"{data.dataset}-{'-'.join(labels)}",
         config={"model": model_name, "dataset": data.dataset, "dataset_path": None if data.world else str(cfg.dataset),
                 "split": cfg.split or data.examples[0].split, "limit": cfg.limit, "seed": cfg.seed,
                 **data.info, "retriever": cfg.retriever, "corpus": data.corpus, "corpus_setting": data.setting,

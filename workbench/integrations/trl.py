@@ -228,7 +228,7 @@ def make_rollout_func(method: str | None = None, *, protocol: str | Protocol | N
     ``toolbox``: the tools (default: built for the protocol over ``corpus``: ``world`` or a corpus file, with
     ``retriever`` ``bm25`` or ``dense``). ``config``: default ``RolloutConfig(max_turns=<the paper's max_turns>)``.
     """
-    from workbench.protocols import get_protocol
+    from workbench.methods import get_protocol
 
     paper: Mapping[str, Any] = {}
     if method is not None:

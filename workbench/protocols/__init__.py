@@ -1,30 +1,12 @@
-"""Agent protocols, one module per published system, sharing one engine.
+"""The agent-grammar toolkit every published method's protocol is built from: :class:`Protocol` (prompts, parse,
+act, render, format flags), :class:`Action`, :class:`Observation`, the shared parsing helpers (``base.py``), and
+:class:`TaggedProtocol` / :class:`PassageSearchProtocol` for ``<tag>`` grammars (``tagged.py``).
 
-``get_protocol(name, **kwargs)`` returns an instance; ``PROTOCOLS`` maps names to classes and
-``protocol_names()`` lists them. Every module of this package is imported here (found with
-``pkgutil``), so a new protocol is one new file whose class is decorated with ``@register``.
+Each paper's own protocol lives in its method package (``workbench/methods/<paper>/protocol.py``);
+``workbench.methods.get_protocol(name)`` finds one by name.
 """
 
-import importlib
-import pkgutil
+from workbench.protocols.base import Action, Observation, Protocol
+from workbench.protocols.tagged import PassageSearchProtocol, TaggedProtocol
 
-from workbench.protocols.base import PROTOCOLS, Action, Observation, Protocol, get_protocol
-
-for _mod in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_mod.name}")  # registers the module's protocols
-del _mod
-
-
-def protocol_names() -> list[str]:
-    """The registered protocol names (those method files define included), sorted.
-
-    >>> {"direct", "search_r1"} <= set(protocol_names())
-    True
-    """
-    from workbench.methods import discover
-
-    discover()
-    return sorted(PROTOCOLS)
-
-
-__all__ = ["PROTOCOLS", "Action", "Observation", "Protocol", "get_protocol", "protocol_names"]
+__all__ = ["Action", "Observation", "PassageSearchProtocol", "Protocol", "TaggedProtocol"]

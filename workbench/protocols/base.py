@@ -515,30 +515,3 @@ class Protocol:
             "n_invalid": traj.n_invalid,
             "format_ok": bool(actions) and traj.n_invalid == 0 and actions[-1].get("kind") == ANSWER,
         }
-
-
-# --------------------------------------------------------------------------- registry
-
-PROTOCOLS: dict[str, type[Protocol]] = {}
-
-
-def register(cls: type[Protocol]) -> type[Protocol]:
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    PROTOCOLS[cls.name] = cls
-    return cls
-
-
-def get_protocol(name: str | Protocol, **kwargs: Any) -> Protocol:
-    """A protocol instance by name (or pass an instance through)."""
-    if isinstance(name, Protocol):
-        return name
-    import workbench.protocols  # noqa: F401  (registers the built-in protocols)
-
-    if name not in PROTOCOLS:  # a method file may define its own protocol: import them all once
-        from workbench.methods import discover
-
-        discover()
-    if name not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {name!r}; valid names: {', '.join(sorted(PROTOCOLS))}")
-    return PROTOCOLS[name](**kwargs)

@@ -1,8 +1,9 @@
-"""Rewards: answer metrics, per-trajectory features, rubrics, the five published presets, judges.
+"""Rewards: answer metrics, per-trajectory features, rubrics and reward presets, judges.
 
 Two steps (docs/architecture.md): ``compute_features(trajs, examples)`` computes the
 parameter-free facts of each trajectory once (a table, ``run/features.parquet``); a
-``Rubric`` (e.g. ``get_preset("dynasearcher", gamma=0.8)``) turns the table into rewards
+``Rubric`` (e.g. ``workbench.methods.get_preset("dynasearcher", gamma=0.8)``: each paper's
+:class:`RewardPreset` lives in its method package) turns the table into rewards
 with a per-component breakdown, instantly. ``to_trl`` / ``to_verl`` export the same
 arithmetic for scale-out trainers; ``counterfactual`` compares parameter settings.
 """
@@ -28,15 +29,16 @@ from workbench.rewards.metrics import (
     normalize_answer,
     sub_exact_match,
 )
-from workbench.rewards.presets import PRESETS, get_preset
+from workbench.rewards.preset import FeatureNeeds, RewardPreset
 from workbench.rewards.rubric import RewardTable, Rubric
 
 __all__ = [
-    "EVIDENCE_TEMPLATE", "FEATURE_COLUMNS", "JUDGES", "PRESETS",
-    "AccuracyJudge", "Counterfactual", "EvidenceScorer", "FeatureCache", "Judge", "RewardTable", "Rubric",
+    "EVIDENCE_TEMPLATE", "FEATURE_COLUMNS", "JUDGES",
+    "AccuracyJudge", "Counterfactual", "EvidenceScorer", "FeatureCache", "FeatureNeeds", "Judge", "RewardPreset",
+    "RewardTable", "Rubric",
     "SimilarityJudge", "YesNoJudge",
     "answer_metrics", "check_concise", "compute_features", "counterfactual", "cover_exact_match", "exact_match",
-    "f1_score", "features_from_text", "features_from_texts", "featurize_run", "get_judge", "get_preset",
+    "f1_score", "features_from_text", "features_from_texts", "featurize_run", "get_judge",
     "group_stats", "load_features", "normalize_answer", "rescore", "save_features", "sub_exact_match", "to_trl",
     "to_verl", "trajectory_from_text",
 ]

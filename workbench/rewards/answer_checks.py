@@ -7,8 +7,6 @@ registered in :mod:`workbench.rewards.columns`; :mod:`workbench.rewards.features
 
 from __future__ import annotations
 
-import functools
-
 from workbench.rewards.metrics import demo_leak, in_context_answers, multi_option, option_set_f1
 from workbench.trajectory import Trajectory
 
@@ -21,21 +19,6 @@ def answer_checks(t: Trajectory, golds: list[str]) -> dict[str, float]:
 
 
 def prompt_answers(t: Trajectory) -> list[str]:
-    """The answers shown in the trajectory's prompt; from the protocol's own prompt when the prompt text
-    was not kept (trajectories rebuilt from text)."""
-    if t.prompt_text:
-        return in_context_answers(t.prompt_text)
-    return list(_protocol_answers(t.protocol))
-
-
-@functools.lru_cache(maxsize=64)
-def _protocol_answers(name: str) -> tuple[str, ...]:
-    from workbench.data.example import Example
-    from workbench.protocols.base import get_protocol
-
-    try:
-        proto = get_protocol(name)
-    except ValueError:  # a protocol this process does not know: nothing to compare with
-        return ()
-    msgs = proto.messages(Example(id="probe", question="", answers=[]))
-    return tuple(in_context_answers("\n".join(m["content"] for m in msgs)))
+    """The answers shown in the trajectory's prompt (its demonstrations', the instruction's example); a trajectory
+    rebuilt from text carries the prompt its protocol builds (``trajectory_from_text``)."""
+    return in_context_answers(t.prompt_text) if t.prompt_text else []

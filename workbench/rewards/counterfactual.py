@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.rewards.presets import get_preset
 from workbench.rewards.rubric import RewardTable, Rubric
 
 
@@ -144,20 +143,27 @@ def _features(features: Any) -> pd.DataFrame:
     return load_features(features)
 
 
-def rescore(features: Any, rubric: str | Rubric, **params: Any) -> RewardTable:
-    """Rewards of a features table (or a run's stored table) under a preset / rubric with new parameters."""
-    return get_preset(rubric, **params)(_features(features))
+def rescore(features: Any, rubric: Rubric, **params: Any) -> RewardTable:
+    """Rewards of a features table (or a run's stored table) under a rubric with new parameters."""
+    return _rubric(rubric, params)(_features(features))
+
+
+def _rubric(rubric: Rubric, params: dict[str, Any] | None = None) -> Rubric:
+    if not isinstance(rubric, Rubric):
+        raise TypeError(f"expected a Rubric, got {type(rubric).__name__} {rubric!r}: build one from a preset's name "
+                        "with workbench.methods.get_preset(name)")
+    return rubric.with_params(**params) if params else rubric
 
 
 def counterfactual(
-    features: Any, rubric: str | Rubric, params: dict[str, Any] | None = None, *, base: str | Rubric | None = None,
+    features: Any, rubric: Rubric, params: dict[str, Any] | None = None, *, base: Rubric | None = None,
     eps: float = 1e-6, ddof: int = 0,
 ) -> Counterfactual:
     """Compare rewards under ``base`` (default: ``rubric`` as given) and ``rubric.with_params(**params)``.
 
     Args:
         features: a features table, or a run / run directory with ``features.parquet``.
-        rubric: a preset name or a Rubric (the new rewards use it with ``params`` applied).
+        rubric: a Rubric (the new rewards use it with ``params`` applied; a preset's: ``workbench.methods.get_preset``).
         params: the new parameter values.
         base: the rubric for the old rewards (default: ``rubric`` without ``params``).
         eps: ε of the std-normalized advantage.
@@ -170,8 +176,8 @@ def counterfactual(
     df = _features(features)
     if "group_id" not in df.columns:
         raise ValueError("counterfactual needs a 'group_id' column in the features table")
-    old_rubric = get_preset(base if base is not None else rubric)
-    new_rubric = get_preset(rubric, **(params or {}))
+    old_rubric = _rubric(base if base is not None else rubric)
+    new_rubric = _rubric(rubric, params)
     old, new = old_rubric(df), new_rubric(df)
     codes, uniq = _codes(df["group_id"])
     G = len(uniq)

@@ -28,11 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: R-Search Table 5 (file 001): the evidence template for the cross-family model (one copy, in the protocol).
-from workbench.protocols.rsearch_evidence import EVIDENCE_TEMPLATE  # noqa: E402
 from workbench.rewards.cache import as_cache
 from workbench.rewards.llm import batch_caller, cached_calls, guess_model_id
 from workbench.rewards.metrics import f1_score
+
+#: R-Search Table 5 (Zhao et al., 2025): the evidence template for the cross-family model, verbatim.
+EVIDENCE_TEMPLATE = (
+    "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n\n"
+    "The following are given passages: {evidence}\n\nQuestion: {query}\n\nAnswer:"
+)
 
 _BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 _ANSWER_TAG_RE = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.IGNORECASE | re.DOTALL)

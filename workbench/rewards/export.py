@@ -46,9 +46,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.data.example import Example
-from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Protocol, get_protocol
+from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Protocol
 from workbench.rewards.features import as_example, compute_features
-from workbench.rewards.presets import get_preset, preset_protocol
 from workbench.rewards.rubric import RewardTable, Rubric
 from workbench.tools.base import Passage, Toolbox, ToolCall
 from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
@@ -294,7 +293,7 @@ def _message_parts(messages: Sequence[Mapping[str, Any]], proto: Protocol) -> li
 
 
 def trajectory_from_text(
-    completion: Completion, protocol: str | Protocol, example: Example | None = None, id: str = "text-0",
+    completion: Completion, protocol: Protocol, example: Example | None = None, id: str = "text-0",
     question: str = "", passages: Any = None,
 ) -> Trajectory:
     """Rebuild a :class:`Trajectory` (turns, actions, search results, answer, flags) from a completion.
@@ -312,7 +311,7 @@ def trajectory_from_text(
     ``passages``: the corpus (a list of passages, an id → Passage mapping or a :class:`PassageIndex`):
     each parsed passage is resolved to its corpus record (id, full text, source) where unique.
     """
-    proto = get_protocol(protocol)
+    proto = _protocol(protocol)
     index = as_passage_index(passages)
     if isinstance(completion, str):
         parts = split_turns(completion, proto)
@@ -322,6 +321,8 @@ def trajectory_from_text(
     ex = example if example is not None else Example(id=ex_id, question=question, answers=[])
     traj = Trajectory(id=id, example_id=ex_id, question=question or ex.question, protocol=proto.name, prompt_ids=[],
                       group_id=ex_id)
+    # the prompt the protocol builds for this question (its demonstrations' answers are what demo_leak compares)
+    traj.prompt_text = "\n".join(str(m["content"]) for m in proto.messages(ex))
     replay = Toolbox({}, timeout_s=None)
     for kind, text in parts:
         if kind == POLICY:
@@ -359,7 +360,7 @@ def _replay(proto: Protocol, action: Action, toolbox: Toolbox, example: Example)
 
 
 def features_from_texts(
-    completions: Sequence[Completion], examples: Sequence[Any], protocol: str | Protocol, *,
+    completions: Sequence[Completion], examples: Sequence[Any], protocol: Protocol, *,
     questions: Sequence[str] | None = None, ids: Sequence[str] | None = None, passages: Any = None,
     **feature_kwargs: Any,
 ) -> pd.DataFrame:
@@ -372,7 +373,7 @@ def features_from_texts(
     """
     if len(examples) != len(completions):
         raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
-    proto = get_protocol(protocol)
+    proto = _protocol(protocol)
     index = as_passage_index(passages)
     trajs, exs = [], {}
     for i, (comp, ex_like) in enumerate(zip(completions, examples)):
@@ -387,7 +388,7 @@ def features_from_texts(
     return compute_features(trajs, exs, **feature_kwargs)
 
 
-def features_from_text(completion: Completion, example_like: Any, protocol: str | Protocol, **kw: Any) -> pd.DataFrame:
+def features_from_text(completion: Completion, example_like: Any, protocol: Protocol, **kw: Any) -> pd.DataFrame:
     """One completion's features (a one-row table); see :func:`features_from_texts`."""
     return features_from_texts([completion], [example_like], protocol, **kw)
 
@@ -399,9 +400,9 @@ class TextScorer:
     """Completions → RewardTable under one rubric, remembering the last batch (TRL calls every
     component function on the same batch)."""
 
-    def __init__(self, rubric: Rubric, protocol: str | Protocol, feature_kwargs: Mapping[str, Any]):
+    def __init__(self, rubric: Rubric, protocol: Protocol, feature_kwargs: Mapping[str, Any]):
         self.rubric = rubric
-        self.protocol = get_protocol(protocol)
+        self.protocol = _protocol(protocol)
         self.feature_kwargs = dict(feature_kwargs)
         self._last: tuple[str, RewardTable] | None = None
 
@@ -455,13 +456,20 @@ def _missing_message(rubric: Rubric, table: RewardTable, name: str, rows: list[i
             "supporting_titles) or pass on_missing='none' to return None for them.")
 
 
-def _resolve(preset: str | Rubric, protocol: str | Protocol | None, weights: Mapping[str, float] | None,
-             params: Mapping[str, Any]) -> tuple[Rubric, str | Protocol]:
-    rubric = get_preset(preset, weights=dict(weights) if weights else None, **params)
-    if protocol is None:
-        protocol = preset_protocol(rubric.name)
-    get_protocol(protocol)  # fail now, with the list of valid names, not at the first batch
-    return rubric, protocol
+def _protocol(protocol: Protocol) -> Protocol:
+    if not isinstance(protocol, Protocol):
+        raise TypeError(f"expected a Protocol instance, got {type(protocol).__name__} {protocol!r}: build one from its "
+                        "name with workbench.methods.get_protocol(name)")
+    return protocol
+
+
+def _configured(rubric: Rubric, weights: Mapping[str, float] | None, params: Mapping[str, Any]) -> Rubric:
+    """``rubric`` with ``params`` and ``weights`` on top (validated by the rubric)."""
+    if not isinstance(rubric, Rubric):
+        raise TypeError(f"expected a Rubric, got {type(rubric).__name__} {rubric!r}: build one from a preset's name "
+                        "with workbench.methods.get_preset(name)")
+    rubric = rubric.with_params(**params) if params else rubric
+    return rubric.with_weights(**weights) if weights else rubric
 
 
 # ============================================================================= TRL
@@ -481,11 +489,12 @@ def _prompt_question(prompt: Any) -> str:
 
 
 def to_trl(
-    preset: str | Rubric, protocol: str | Protocol | None = None, *, split: bool = True, on_missing: str = "raise",
+    rubric: Rubric, protocol: Protocol, *, split: bool = True, on_missing: str = "raise",
     weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (), evidence_model: Any = None,
     encoder: Any = None, cache: Any = True, passages: Any = None, **params: Any,
 ) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
-    """TRL ``GRPOTrainer`` reward functions and their weights for a preset (or any Rubric).
+    """TRL ``GRPOTrainer`` reward functions and their weights for a Rubric (a preset's: ``workbench.methods.get_preset``),
+    whose completions ``protocol`` parses (``params`` and ``weights`` go over the rubric's).
 
     ``split=True``: one function per component (TRL logs each under its ``__name__``),
     with the rubric's weights (0 = logged only), so TRL's weighted sum is the rubric total.
@@ -503,7 +512,7 @@ def to_trl(
     """
     if on_missing not in ("raise", "none"):
         raise ValueError(f"on_missing must be 'raise' or 'none', got {on_missing!r}")
-    rubric, protocol = _resolve(preset, protocol, weights, params)
+    rubric = _configured(rubric, weights, params)
     scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
                                            "cache": cache, "passages": as_passage_index(passages)})
 
@@ -544,11 +553,12 @@ def to_trl(
 
 
 def to_verl(
-    preset: str | Rubric, protocol: str | Protocol | None = None, *, return_dict: bool = False,
+    rubric: Rubric, protocol: Protocol, *, return_dict: bool = False,
     on_missing: str = "raise", weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (),
     evidence_model: Any = None, encoder: Any = None, cache: Any = True, passages: Any = None, **params: Any,
 ) -> Callable[..., float | dict[str, float]]:
-    """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` for a preset.
+    """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` for a Rubric whose
+    completions ``protocol`` parses (``params`` and ``weights`` go over the rubric's).
 
     Returns the rubric total as a float, or with ``return_dict=True`` a dict with ``score``
     (verl's reward) and one entry per component (logged by verl as extra info). A NaN total
@@ -559,7 +569,7 @@ def to_verl(
     """
     if on_missing not in ("raise", "nan"):
         raise ValueError(f"on_missing must be 'raise' or 'nan', got {on_missing!r}")
-    rubric, protocol = _resolve(preset, protocol, weights, params)
+    rubric = _configured(rubric, weights, params)
     scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
                                            "cache": cache, "passages": as_passage_index(passages)})
 

@@ -20,24 +20,16 @@ import numpy as np
 import pandas as pd
 
 
-def method_rubric(method: str) -> Any:
-    """The reward rubric of a declared method (its preset with its parameters); None for a baseline without
-    a preset or a name that is no method (a bare protocol)."""
-    from workbench.methods import discover
-
-    m = discover().get(method)
-    return m.rubric() if m is not None and m.reward else None
-
-
 def add_rewards(features: pd.DataFrame, rubrics: Sequence[Any]) -> pd.DataFrame:
     """``features`` with ``reward_preset``, ``reward`` and ``reward_<component>`` of each row's rubric.
 
     ``rubrics``: one :class:`~workbench.rewards.rubric.Rubric` (or None: no reward) per row, in row order;
     rows sharing a rubric object are scored together (vectorized).
 
-    >>> from workbench.rewards.presets import get_preset
+    >>> from workbench.rewards.rubric import Rubric
+    >>> subem = Rubric([lambda c: c["cem"]], [1], {}, name="dspo")
     >>> f = pd.DataFrame({"cem": [1.0, 0.0, np.nan]})
-    >>> out = add_rewards(f, [get_preset("dspo")] * 2 + [None])
+    >>> out = add_rewards(f, [subem] * 2 + [None])
     >>> out["reward"].tolist()[:2], out["reward_preset"].tolist()
     ([1.0, 0.0], ['dspo', 'dspo', None])
     """

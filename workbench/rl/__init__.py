@@ -44,7 +44,7 @@ from workbench.rl.losses import (
 
 __all__ = [
     "ADVANTAGES", "ADV_ALIASES", "AGGREGATIONS", "IMPORTANCE", "KL_ESTIMATORS", "PRESETS", "SURROGATES", "DataStream",
-    "FilterStats", "LoRAPolicy", "LossConfig", "RLBatch", "TrainConfig", "Trainer", "latest_checkpoint", "train",
+    "FilterStats", "LoRAPolicy", "LossConfig", "RLBatch", "RunParts", "TrainConfig", "Trainer", "latest_checkpoint",
     "aggregate", "approx_kl", "batch_std_advantages", "build_batch", "clip_fraction", "clipped_surrogate",
     "compute_advantages", "dual_clip_surrogate", "entropy_from_logits", "entropy_from_logits_chunked", "fill_batch",
     "get_loss_config", "group_mean_advantages", "group_std_advantages", "keep_groups", "kl_coef_at", "kl_k1", "kl_k2",
@@ -58,10 +58,10 @@ def __getattr__(name: str):
         from workbench.rl import policy
 
         return getattr(policy, name)
-    if name == "TrainConfig":
-        from workbench.rl.train_config import TrainConfig
+    if name in ("TrainConfig", "RunParts"):
+        from workbench.rl import train_config
 
-        return TrainConfig
+        return getattr(train_config, name)
     if name == "DataStream":
         from workbench.rl.data_stream import DataStream
 
@@ -70,8 +70,8 @@ def __getattr__(name: str):
         from workbench.rl.checkpoint import latest_checkpoint
 
         return latest_checkpoint
-    if name in ("Trainer", "train"):
-        from workbench.rl import trainer
+    if name == "Trainer":
+        from workbench.rl.trainer import Trainer
 
-        return getattr(trainer, name)
+        return Trainer
     raise AttributeError(f"module 'workbench.rl' has no attribute {name!r}")

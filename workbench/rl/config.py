@@ -363,10 +363,6 @@ def get_loss_config(name: str, **overrides) -> LossConfig:
     >>> get_loss_config("grpo", kl_coef=0.1, kl_coef_end=0.01, kl_anneal_steps=100).kl_coef_at(99)
     0.01
     """
-    if name not in PRESETS:  # a method file may register its own optimizer preset: import them all once
-        from workbench.methods import discover
-
-        discover()
     if name not in PRESETS:
         raise ValueError(f"unknown loss preset {name!r}; choose one of: {', '.join(PRESETS)}")
     cfg = PRESETS[name]

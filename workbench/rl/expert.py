@@ -12,8 +12,8 @@ How a trace is made (nothing is assembled by hand):
    words, its aliases, the entity alone, the sub-question, the passage title) whose search
    returns the supporting passage, probing the real tool of the protocol's toolbox. A question
    where no formulation works is dropped with the reason.
-2. The protocol's :class:`ExpertWriter` (a registry keyed by protocol name; a method file can
-   register its own with :func:`register_writer`) writes the expert's turns.
+2. The protocol's :class:`ExpertWriter` (each method package defines its own in ``expert.py``; the
+   method declaration holds it) writes the expert's turns.
 3. The real rollout engine runs them through a :class:`~workbench.rollout.backends.scripted.ScriptedBackend`
    whose script is ``(prompt_text, turn_index) -> text``: the engine tokenizes, masks, calls the
    tools and renders the observations exactly as in a model rollout.
@@ -22,15 +22,14 @@ How a trace is made (nothing is assembled by hand):
    own flags) hold, no turn was cut, and the answer scores cover-EM 1.
 
 :func:`expert_traces` does all four for a list of questions and returns the valid trajectories,
-the dropped questions with their reasons and the yield per hop count; :func:`write_expert_run`
-writes them as an eval-style run (``workbench expert``), so the trajectory inspector shows them.
+the dropped questions with their reasons and the yield per hop count; ``workbench expert`` writes them as an
+eval-style run (:func:`workbench.eval.expert.write_expert_run`), so the trajectory inspector shows them.
 
 Logprobs of expert tokens are not a model's: they are recorded as 0.0 (``meta["source"] == "expert"``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -75,11 +74,12 @@ class Hop:
 
 @dataclass
 class ExpertPlan:
-    """What the expert will write for one question."""
+    """What the expert will write for one question, and the protocol's writer that writes it."""
 
     example: Example
     hops: list[Hop]
     answer: str
+    writer: ExpertWriter
 
     def to_meta(self) -> dict[str, Any]:
         return {"answer": self.answer,
@@ -151,7 +151,7 @@ def evidence_sentence(hop: Hop) -> str:
     return best[2] if best[0] > 0 else hop.support_text
 
 
-# =============================================================================== writers (registry)
+# =============================================================================== writers
 
 Probe = Callable[[Protocol, Toolbox, Hop, str], "str | None"]
 """``(protocol, toolbox, hop, query) -> tool`` that returns the hop's supporting passage in its top-k, or None."""
@@ -165,7 +165,7 @@ def search_probe(protocol: Protocol, toolbox: Toolbox, hop: Hop, query: str) -> 
 
 @dataclass(frozen=True)
 class ExpertWriter:
-    """How the expert writes one protocol's turns.
+    """How the expert writes one protocol's turns (each method package defines its own, ``expert.py``).
 
     ``turns(protocol, plan)`` returns the policy turn texts in order: one per search turn, the last
     one answers (each search turn must end with the protocol's stop string, as a model's turn does).
@@ -178,123 +178,19 @@ class ExpertWriter:
     required_flags: tuple[str, ...] = ()
 
 
-WRITERS: dict[str, ExpertWriter] = {}
-
-
-def register_writer(protocol: str, turns: Callable[[Protocol, ExpertPlan], list[str]] | None = None, *,
-                    probe: Probe = search_probe, required_flags: tuple[str, ...] = ()) -> Any:
-    """Register the expert's turn writer of ``protocol`` (usable as a decorator of ``turns``)."""
-
-    def deco(fn: Callable[[Protocol, ExpertPlan], list[str]]) -> Callable[[Protocol, ExpertPlan], list[str]]:
-        WRITERS[protocol] = ExpertWriter(fn, probe, required_flags)
-        return fn
-
-    return deco(turns) if turns is not None else deco
-
-
-def get_writer(protocol: Protocol | str) -> ExpertWriter:
-    name = protocol if isinstance(protocol, str) else protocol.name
-    if name not in WRITERS:
-        raise ValueError(f"no expert writer for protocol {name!r}; writers exist for {', '.join(sorted(WRITERS))} "
-                         "(register one with workbench.rl.expert.register_writer)")
-    return WRITERS[name]
-
-
-def _need(hop: Hop, first: bool = True) -> str:
+def need(hop: Hop, first: bool = True) -> str:
+    """``"I need to find: <sub-question>"`` (``"Next I need..."`` after the first hop)."""
     return f"{'I' if first else 'Next I'} need to find: {hop.subquestion}"
 
 
-def _steps(plan: ExpertPlan) -> list[str]:
+def steps(plan: ExpertPlan) -> list[str]:
     """Reasoning before each search: what to find, after the previous hop's fact."""
-    return [_need(h) if i == 0 else f"{plan.hops[i - 1].fact} {_need(h, False)}" for i, h in enumerate(plan.hops)]
+    return [need(h) if i == 0 else f"{plan.hops[i - 1].fact} {need(h, False)}" for i, h in enumerate(plan.hops)]
 
 
-def _conclusion(plan: ExpertPlan) -> str:
+def conclusion(plan: ExpertPlan) -> str:
+    """The last hop's fact and the answer."""
     return f"{plan.hops[-1].fact} So the answer is {plan.answer}."
-
-
-@register_writer("search_r1")
-def _search_r1(protocol: Any, plan: ExpertPlan) -> list[str]:
-    s = protocol.search_tag
-    turns = [f"<think> {why} </think>\n<{s}> {h.query} </{s}>" for why, h in zip(_steps(plan), plan.hops)]
-    return turns + [f"<think> {_conclusion(plan)} </think>\n<answer> {plan.answer} </answer>"]
-
-
-@register_writer("when_to_search")
-def _when_to_search(protocol: Protocol, plan: ExpertPlan) -> list[str]:
-    h0 = plan.hops[0]
-    turns = [f"<think> I do not know this from memory. {_need(h0)} </think>\n<search> {h0.query} </search>"]
-    for prev, h in zip(plan.hops, plan.hops[1:]):
-        turns.append(f"<reflect> {prev.fact} {_need(h, False)} </reflect>\n<search> {h.query} </search>")
-    return turns + [f"<reflect> {_conclusion(plan)} </reflect>\n<answer> {plan.answer} </answer>"]
-
-
-def _evidence(plan: ExpertPlan) -> str:
-    lines: list[str] = []
-    for h in plan.hops:
-        s = evidence_sentence(h)
-        if s not in lines:
-            lines.append(s)
-    return "\n".join(f"- {s}" for s in lines)
-
-
-@register_writer("rsearch_evidence")
-def _rsearch_evidence(protocol: Protocol, plan: ExpertPlan) -> list[str]:
-    turns = [f"{why}\n<search> {h.query} </search>" for why, h in zip(_steps(plan), plan.hops)]
-    return turns + [f"{_conclusion(plan)}\n<original_evidence>\n{_evidence(plan)}\n</original_evidence>\n"
-                    f"<answer> {plan.answer} </answer>"]
-
-
-@register_writer("dynasearcher", required_flags=("json_strict",))
-def _dynasearcher(protocol: Protocol, plan: ExpertPlan) -> list[str]:
-    turns = []
-    for why, h in zip(_steps(plan), plan.hops):
-        req = json.dumps({"query": h.query, "entity": [h.head], "relation": [h.relation]}, ensure_ascii=False)
-        turns.append(f"<think> {why} </think>\n<search> {req} </search>")
-    return turns + [f"<think> {_conclusion(plan)} </think>\n<answer> The final answer is \\boxed{{{plan.answer}}} </answer>"]
-
-
-def plan_probe(protocol: Protocol, toolbox: Toolbox, hop: Hop, query: str) -> str | None:
-    """NL-DAG: the plan tool's sources (``general``, then the passage's own source) with the tool's k."""
-    tool = toolbox.tools.get("plan")
-    registry = getattr(tool, "registry", None)
-    if registry is None:
-        return None
-    k = getattr(tool, "k", protocol.top_k)
-    for source in dict.fromkeys(["general", hop.support_source]):
-        if source and source in registry:
-            try:
-                hits = registry.search(source, query, k)
-            except Exception:  # a failing source is simply not the one
-                continue
-            if any(h.id == hop.support_id for h in hits):
-                return registry.resolve(source)
-    return None
-
-
-@register_writer("rsearch_dag", probe=plan_probe, required_flags=("dag_valid",))
-def _rsearch_dag(protocol: Protocol, plan: ExpertPlan) -> list[str]:
-    labels = [chr(ord("A") + i) for i in range(len(plan.hops))]
-    nodes = "\n".join(f"{a}: {h.query} ({h.tool.title()})" for a, h in zip(labels, plan.hops))
-    chained = plan.example.qtype != "comparison"
-    edges = " -> ".join(labels) if chained and len(labels) > 1 else "none"
-    order = ("each search depends on the one before" if chained and len(labels) > 1
-             else "the searches are independent")
-    subqs = " ".join(h.subquestion for h in plan.hops)
-    think = f"<think> Sub-questions: {subqs} One search per sub-question; {order}. </think>"
-    facts = " ".join(h.fact for h in plan.hops)
-    return [f"{think}\n<search>\nNodes:\n{nodes}\nEdges: {edges}\n</search>",
-            f"{facts} So the answer is {plan.answer}.\n<answer> {plan.answer} </answer>"]
-
-
-@register_writer("r1_searcher")
-def _r1_searcher(protocol: Protocol, plan: ExpertPlan) -> list[str]:
-    from workbench.methods.r1_searcher import BEGIN_QUERY, END_QUERY
-
-    turns = []
-    for i, (why, h) in enumerate(zip(_steps(plan), plan.hops)):
-        turns.append(f"{'<think> ' if i == 0 else ''}{why} {BEGIN_QUERY} {h.query} {END_QUERY}")
-    return turns + [f"{_conclusion(plan)} </think>\n\n<answer> {plan.answer} </answer>"]
 
 
 # =============================================================================== plan, run, check
@@ -319,12 +215,12 @@ def _hops(example: Example, world: Any) -> list[Hop]:
     return hops
 
 
-def plan_expert(example: Example, protocol: Protocol, toolbox: Toolbox, world: Any = None) -> ExpertPlan:
-    """The expert's plan for ``example``: a query per hop that the real tool answers; raises
-    :class:`Dropped` (with the reason) when a hop has none."""
+def plan_expert(example: Example, protocol: Protocol, writer: ExpertWriter, toolbox: Toolbox,
+                world: Any = None) -> ExpertPlan:
+    """The expert's plan for ``example``: a query per hop that ``writer``'s probe finds with the real tool;
+    raises :class:`Dropped` (with the reason) when a hop has none."""
     if not example.answers:
         raise Dropped("no gold answer")
-    writer = get_writer(protocol)
     hops = _hops(example, world)
     for i, hop in enumerate(hops):
         rel_id = example.kg_path[i].get("relation_id")
@@ -339,7 +235,7 @@ def plan_expert(example: Example, protocol: Protocol, toolbox: Toolbox, world: A
         else:
             raise Dropped(f"hop {i + 1}: no query retrieves {hop.support_id} ({hop.support_title!r}) in the top "
                           f"{protocol.top_k}; tried {tried}")
-    return ExpertPlan(example, hops, example.answers[0])
+    return ExpertPlan(example, hops, example.answers[0], writer)
 
 
 def run_expert(plan: ExpertPlan, protocol: Protocol, toolbox: Toolbox, tokenizer: Any,
@@ -349,7 +245,7 @@ def run_expert(plan: ExpertPlan, protocol: Protocol, toolbox: Toolbox, tokenizer
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig, rollout
 
-    texts = get_writer(protocol).turns(protocol, plan)
+    texts = plan.writer.turns(protocol, plan)
 
     def script(prompt_text: str, turn: int) -> str:
         return texts[turn] if turn < len(texts) else ""
@@ -377,7 +273,7 @@ def check_trace(traj: Trajectory, plan: ExpertPlan, protocol: Protocol) -> list[
         problems.append(f"policy turn(s) {cut} cut at max_new_tokens")
     if not traj.flags.get("format_ok"):
         problems.append(f"format not ok: {traj.flags.get('format_errors') or traj.flags}")
-    for flag in get_writer(protocol).required_flags:
+    for flag in plan.writer.required_flags:
         if not traj.flags.get(flag):
             problems.append(f"flag {flag} is {traj.flags.get(flag)!r}")
     calls = [c for c in traj.tool_calls if isinstance(c.args, dict) and "query" in c.args]
@@ -417,21 +313,10 @@ class ExpertResult:
                 for h, es in groups.items()}
 
 
-def expert_protocol(method: str, **overrides: Any) -> Protocol:
-    """Method ``method``'s protocol as training runs it: its declared arguments over TrainConfig's
-    default ``protocol_kwargs`` (chat observations), ``overrides`` on top; so expert traces have the
-    token layout that ``workbench sft`` / ``workbench train --method`` roll out."""
-    from workbench.methods import get_method
-    from workbench.rl.train_config import TrainConfig
-
-    kwargs = TrainConfig.method_defaults(method).get("protocol_kwargs", {})
-    return get_method(method).get_protocol(**{**kwargs, **overrides})
-
-
-def expert_traces(examples: Sequence[Example], protocol: Protocol, toolbox: Toolbox, tokenizer: Any, world: Any = None,
-                  *, method: str | None = None, max_new_tokens: int = 256, max_total_tokens: int = 4096,
-                  progress: bool = False) -> ExpertResult:
-    """Plan, roll out and check the expert trace of every question; keep the valid ones."""
+def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: ExpertWriter, toolbox: Toolbox,
+                  tokenizer: Any, world: Any = None, *, method: str | None = None, max_new_tokens: int = 256,
+                  max_total_tokens: int = 4096, progress: bool = False) -> ExpertResult:
+    """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones."""
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -440,7 +325,7 @@ def expert_traces(examples: Sequence[Example], protocol: Protocol, toolbox: Tool
     for ex in tqdm(examples, desc=f"expert {label}", disable=not progress):
         info = {"example_id": ex.id, "hops": ex.hops, "qtype": ex.qtype}
         try:
-            plan = plan_expert(ex, protocol, toolbox, world)
+            plan = plan_expert(ex, protocol, writer, toolbox, world)
         except Dropped as e:
             out.dropped.append({**info, "stage": "plan", "reason": str(e)})
             continue
@@ -464,27 +349,3 @@ def format_yield(results: dict[str, ExpertResult]) -> str:
         rows.append([m, *[(f"{y[h]['valid']}/{y[h]['n']} ({y[h]['yield']:.2f})" if h in y else "-") for h in [*hops, "all"]]])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [head, *rows])
-
-
-def write_expert_run(result: ExpertResult, method: str, protocol: Protocol, out: Any = None, split: str = "train",
-                     name: str | None = None, config: dict[str, Any] | None = None) -> Any:
-    """An eval-style run of the expert trajectories (inspector and dashboard read it like any run):
-    ``trajectories.parquet``, ``examples.jsonl``, ``metrics.json`` (with ``expert``: the yield per hop
-    count and the dropped questions' reasons), ``features.parquet``, ``config.json`` (``kind: expert``)."""
-    from workbench.eval.runner import EvalResult, score, summarize, write_eval_run
-    from workbench.runs import Run
-
-    rows = score(result.trajectories, result.examples)
-    summary = summarize(rows)
-    summary["wall_seconds"] = result.seconds
-    er = EvalResult(method, result.trajectories, rows, summary, result.seconds, {"protocol": protocol.config()})
-    run = Run.create(out, kind="expert", name=name or f"expert-{method}-{split}",
-                     config={"method": method, "split": split, "model": "expert", "source": "expert",
-                             "protocol_config": protocol.config(), **(config or {})})
-    write_eval_run(run, [er], result.examples, features=True, complete=False)
-    metrics = run.metrics()
-    metrics["expert"] = {"yield": result.yield_by_hops(), "n_valid": len(result.trajectories),
-                         "n_dropped": len(result.dropped), "dropped": result.dropped}
-    run.write_metrics(metrics)
-    run.mark_complete()
-    return run

@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ from workbench.data.example import Example
 from workbench.rewards.metrics import cover_exact_match
 from workbench.rl.batch import RLBatch, build_batch
 from workbench.rl.data_stream import DataStream
-from workbench.rl.train_config import TrainConfig
+from workbench.rl.train_config import RunParts, TrainConfig
 from workbench.rl.trainer import Trainer
 from workbench.runs import Run, open_run
 from workbench.trajectory import Trajectory, load_trajectories, save_trajectories
@@ -75,12 +75,8 @@ class SFTConfig(TrainConfig):
     """Trajectories per optimizer step."""
     lr: float = 1e-4  # LoRA SFT; the RL default (2e-5) moves a cold start too slowly on CPU budgets
 
-    @classmethod
-    def method_defaults(cls, name: str) -> dict[str, Any]:
-        """The method's TrainConfig fields without its RL learning rate (SFT keeps its own ``lr``)."""
-        d = super().method_defaults(name)
-        d.pop("lr", None)
-        return d
+    #: A method's RL learning rate is not SFT's: SFT keeps its own ``lr``.
+    KEEPS_OWN: ClassVar[tuple[str, ...]] = ("lr",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -144,12 +140,12 @@ class SFTTrainer(Trainer):
 
     config_class = SFTConfig
 
-    def __init__(self, config: SFTConfig, run: Run | str | os.PathLike | None = None, **kwargs: Any):
+    def __init__(self, config: SFTConfig, parts: RunParts, run: Run | str | os.PathLike | None = None, **kwargs: Any):
         if not isinstance(config, SFTConfig):
             raise TypeError(f"SFTTrainer needs an SFTConfig, got {type(config).__name__}")
         if not isinstance(run, Run) and not (run is not None and (Path(run) / "config.json").exists()):
             run = Run.create(run, kind="sft", name=f"sft-{config.protocol}")
-        super().__init__(config, run, **kwargs)
+        super().__init__(config, parts, run, **kwargs)
         if self.world_size > 1:
             raise NotImplementedError("SFTTrainer runs in one process")
         self.run.update_config(kind="sft")
@@ -337,15 +333,10 @@ class SFTTrainer(Trainer):
 def eval_by_hops(path: str | os.PathLike, examples: Sequence[Example]) -> dict[str, dict[str, float]]:
     """Held-out metrics per hop count (``{hops: {n, em, cem, f1, ...}}`` and ``all``) of an
     ``eval/<step>.trajectories.parquet`` written by ``Trainer.evaluate``."""
-    from workbench.eval.runner import score, summarize
+    from workbench.rewards.outcomes import score, summarize
 
     s = summarize(score(load_trajectories(path), list(examples)))
     by = {h: {k: v for k, v in m.items() if k in ("n", "em", "cem", "f1", "format_ok", "answered", "searches")}
           for h, m in s.pop("by_hops").items()}
     by["all"] = {k: v for k, v in s.items() if k in ("n", "em", "cem", "f1", "format_ok", "answered", "searches")}
     return by
-
-
-def sft(config: SFTConfig, run: Any = None, progress: bool = True) -> Run:
-    """Build an :class:`SFTTrainer` and run it (``workbench sft``)."""
-    return SFTTrainer(config, run=run, progress=progress).train()

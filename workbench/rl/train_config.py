@@ -1,9 +1,10 @@
 """``TrainConfig``: everything a training run needs, saved as the run's ``config.json``.
 
 A run is assembled from parts that mix freely: a protocol, a reward preset, an optimizer preset
-(:mod:`workbench.rl.config`) and the training sizes. :meth:`TrainConfig.from_method` starts from a
-published method's declaration (``workbench/methods/``) and puts the user's overrides on top, so
-``--method dynasearcher --preset dspo`` is DynaSearcher with the DSPO optimizer.
+(:mod:`workbench.rl.config`) and the training sizes. The config holds their names (what ``config.json``
+records); :class:`RunParts` holds the objects they stand for, resolved once by the application
+(``workbench.methods.run_parts``). ``Method.train_config`` starts from a published method's declaration and puts
+the user's overrides on top, so ``--method dynasearcher --preset dspo`` is DynaSearcher with the DSPO optimizer.
 
     >>> TrainConfig(steps=3).loss_config().name
     'grpo'
@@ -16,8 +17,11 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from workbench.protocols.base import Protocol
+from workbench.rewards.preset import FeatureNeeds, RewardPreset
+from workbench.rewards.rubric import Rubric
 from workbench.rl.config import LossConfig, get_loss_config
 from workbench.rl.data_stream import CURRICULA
 from workbench.rollout.engine import RolloutConfig
@@ -32,18 +36,21 @@ class TrainConfig:
     Defaults are tiny CPU settings for the default model; pass real sizes on a GPU.
     """
 
+    #: Fields this config keeps its own default for when a method's declaration fills the others.
+    KEEPS_OWN: ClassVar[tuple[str, ...]] = ()
+
     method: str | None = None
     """The published method this run follows (``workbench methods`` lists them), recorded in
-    ``config.json``. The fields it declares are filled in by ``TrainConfig.from_method`` (``--method``),
+    ``config.json``. The fields it declares are filled in by ``Method.train_config`` (``--method``),
     other flags on top; the trainer reads its feature declaration (encoder, evidence model)."""
     model: str = "smollm2-135m"
     """Policy base model: the ``smollm2-135m`` alias, a local path or a cached HF id."""
     protocol: str = "search_r1"
-    """Agent protocol (``workbench.protocols.protocol_names()``)."""
+    """Agent protocol (``workbench.methods.protocol_names()``)."""
     protocol_kwargs: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_PROTOCOL_KWARGS))
     """Keyword arguments of the protocol (e.g. ``{"observation_mode": "chat", "top_k": 3}``)."""
     reward: str = "dynasearcher"
-    """Reward preset (``workbench.rewards.presets.PRESETS``)."""
+    """Reward preset (``workbench.methods.preset_names()``)."""
     reward_params: dict[str, Any] = field(default_factory=dict)
     """Preset parameter overrides (e.g. ``{"alpha": 0.5}``)."""
     reward_weights: dict[str, float] = field(default_factory=dict)
@@ -178,28 +185,11 @@ class TrainConfig:
             raise bad("max_failed_share", f"must be in [0, 1], got {self.max_failed_share}")
         if self.group_size < 2:
             raise bad("group_size", f"GRPO-family advantages compare rollouts of one question; use >= 2, got {self.group_size}")
-        from workbench.protocols import protocol_names
         from workbench.rewards.judges import JUDGES
-        from workbench.rewards.presets import preset_names
 
-        if self.method is not None:
-            from workbench.methods import get_method
-
-            get_method(self.method)  # a clear error listing the valid names
         unknown = [j for j in self.judges if j not in JUDGES]
         if unknown:
             raise bad("judges", f"unknown judge(s) {unknown}; valid: {', '.join(sorted(JUDGES))}")
-
-        protocols, rewards = protocol_names(), preset_names()  # method files' own included
-        if self.protocol not in protocols:
-            raise bad("protocol", f"unknown protocol {self.protocol!r}; valid: {', '.join(protocols)}")
-        if self.reward not in rewards:
-            raise bad("reward", f"unknown reward preset {self.reward!r}; valid: {', '.join(rewards)}")
-        rubric = self.rubric(stage=None)  # validates reward_params / reward_weights with named errors
-        staged = self.stage_switch_step is not None or self.stage_switch_searches is not None
-        if staged and "stage" not in rubric.param_names:
-            raise bad("stage_switch_step", f"reward preset {self.reward!r} has no stage parameter; stage switching "
-                      "applies to when_to_search (drop stage_switch_step / stage_switch_searches)")
         if self.stage_switch_step is not None and self.stage_switch_step < 1:
             raise bad("stage_switch_step", f"must be >= 1, got {self.stage_switch_step}")
         self.loss_config()  # validates the optimizer mix with LossConfig's own messages
@@ -242,14 +232,6 @@ class TrainConfig:
             over.pop("kl_anneal_steps")
         return get_loss_config(self.preset, **over)
 
-    def rubric(self, stage: int | None = None) -> Any:
-        from workbench.rewards.presets import get_preset
-
-        params = dict(self.reward_params)
-        if stage is not None:
-            params["stage"] = stage
-        return get_preset(self.reward, weights=self.reward_weights or None, **params)
-
     def rollout_config(self, seed: int, greedy: bool = False, group_size: int | None = None) -> RolloutConfig:
         return RolloutConfig(
             group_size=group_size or self.group_size, max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
@@ -268,76 +250,74 @@ class TrainConfig:
             raise ValueError(f"unknown TrainConfig field(s) {unknown}; valid fields: {', '.join(sorted(names))}")
         return cls(**d)
 
-    @classmethod
-    def method_defaults(cls, name: str) -> dict[str, Any]:
-        """The TrainConfig fields method ``name`` sets, ``protocol_kwargs`` merged over the default."""
-        from workbench.methods import get_method
 
-        d = dict(get_method(name).train_defaults())
-        d["protocol_kwargs"] = {**DEFAULT_PROTOCOL_KWARGS, **d.get("protocol_kwargs", {})}
-        return d
 
-    @classmethod
-    def from_method(cls, name: str, **overrides: Any) -> TrainConfig:
-        """The run a published method declares (``get_method(name).train_defaults()``), with
-        ``overrides`` on top: every part still mixes (``from_method("dynasearcher", preset="dspo")``).
+def read_config_file(path: str | os.PathLike, config_class: type[TrainConfig] | None = None) -> dict[str, Any]:
+    """The fields a JSON or YAML TrainConfig file sets (keys = field names of ``config_class``, default TrainConfig,
+    checked; ``method:`` allowed), with one-line errors naming the file and the fix."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"train config file not found: {p}")
+    if not p.is_file():
+        raise ValueError(f"--config {p} is a directory, not a file: pass a TrainConfig JSON or YAML file "
+                         "(e.g. my_run.yaml with `steps: 20`)")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--config {p} is not UTF-8 text (byte {e.start}): pass a TrainConfig JSON or YAML file") from None
+    if p.suffix in (".yaml", ".yml"):
+        import yaml
 
-        ``protocol_kwargs`` from the method are merged over TrainConfig's default
-        ``{"observation_mode": "chat"}``. Dict fields that refine a part merge with the method's
-        (``protocol_kwargs``, ``reward_params``, ``loss_overrides`` key by key) as long as that part is
-        the method's; choosing another part (``protocol``, ``reward``, ``preset``) drops the method's
-        refinements of it: ``preset="dspo"`` gives DSPO as published, not DSPO with the method's
-        GRPO tweaks."""
-        base = cls.method_defaults(name)
-        for part, refine in (("protocol", "protocol_kwargs"), ("reward", "reward_params"), ("preset", "loss_overrides")):
-            if part in overrides and overrides[part] != base.get(part):
-                base.pop(refine, None)
-                if refine == "protocol_kwargs":
-                    base[refine] = dict(DEFAULT_PROTOCOL_KWARGS)
-            elif refine in overrides and refine in base:
-                overrides = {**overrides, refine: {**base[refine], **overrides[refine]}}
-        return cls.from_dict({**base, **overrides})
-
-    @classmethod
-    def from_parameters(cls, method: str = "", **fields: Any) -> TrainConfig:
-        """For notebooks' parameter cells: empty values (``""``, ``None``, ``[]``, ``{}``) mean "the default",
-        and a non-empty ``method`` starts from that method's declaration (:meth:`from_method`)."""
-        given = {k: v for k, v in fields.items() if v not in ("", None) and not (isinstance(v, (list, dict)) and not v)}
-        return cls.from_method(method, **given) if method else cls.from_dict(given)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
-        """From a JSON or YAML file (keys = field names), with overrides on top. A ``method:`` key
-        starts from that method's declaration (:meth:`from_method`), the file's other keys on top."""
-        p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"train config file not found: {p}")
-        if not p.is_file():
-            raise ValueError(f"--config {p} is a directory, not a file: pass a TrainConfig JSON or YAML file "
-                             "(e.g. my_run.yaml with `steps: 20`)")
         try:
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"--config {p} is not UTF-8 text (byte {e.start}): pass a TrainConfig JSON or YAML file") from None
-        if p.suffix in (".yaml", ".yml"):
-            import yaml
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+            what = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ValueError(f"{p}: YAML syntax error at {where}: {what}; fix the file (keys are TrainConfig "
+                             "field names, e.g. `steps: 20`)") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: JSON syntax error at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a mapping of TrainConfig fields, got {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(config_class or TrainConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{p}: unknown TrainConfig field(s) {unknown}; valid fields: {', '.join(sorted(names))}")
+    return data
 
-            try:
-                data = yaml.safe_load(text) or {}
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-                what = getattr(e, "problem", None) or str(e).splitlines()[0]
-                raise ValueError(f"{p}: YAML syntax error at {where}: {what}; fix the file (keys are TrainConfig "
-                                 "field names, e.g. `steps: 20`)") from None
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}: JSON syntax error at line {e.lineno}, column {e.colno}: {e.msg}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{p}: expected a mapping of TrainConfig fields, got {type(data).__name__}")
-        merged = {**data, **overrides}
-        if merged.get("method"):
-            return cls.from_method(merged.pop("method"), **merged)
-        return cls.from_dict(merged)
+
+@dataclass(frozen=True)
+class RunParts:
+    """The objects a TrainConfig's names stand for, resolved once by the application
+    (``workbench.methods.run_parts``): the protocol built with its arguments, the reward preset, and what the
+    feature step computes for it."""
+
+    protocol: Protocol
+    reward: RewardPreset
+    needs: FeatureNeeds
+
+    def rubric(self, config: TrainConfig, stage: int | None = None) -> Rubric:
+        """The reward rubric with ``config``'s parameters and weights (and ``stage`` for a staged reward)."""
+        params = dict(config.reward_params)
+        if stage is not None:
+            params["stage"] = stage
+        return self.reward(weights=config.reward_weights or None, **params)
+
+
+def check_parts(config: TrainConfig, parts: RunParts) -> bool:
+    """Validate ``config``'s reward parameters, weights and stage switching against ``parts`` (named errors);
+    returns whether the reward is staged (has a ``stage`` parameter)."""
+    try:
+        rubric = parts.rubric(config)
+    except ValueError as e:
+        raise ValueError(f"TrainConfig.reward_params / reward_weights: {e}") from None
+    staged = "stage" in rubric.param_names
+    if not staged and (config.stage_switch_step is not None or config.stage_switch_searches is not None):
+        raise ValueError(f"TrainConfig.stage_switch_step: reward preset {parts.reward.name!r} has no stage parameter; "
+                         "stage switching applies to staged rewards such as when_to_search (drop stage_switch_step / "
+                         "stage_switch_searches)")
+    return staged

@@ -15,9 +15,10 @@ Every phase is a method of :class:`Trainer` that a notebook can call on its own
   vLLM) and the trainer state (optimizer, RNG states, data cursor, reward stage) as safetensors +
   JSON (:mod:`workbench.rl.checkpoint`; nothing is unpickled on resume).
 
-The configuration is :class:`~workbench.rl.train_config.TrainConfig`; which expensive features
-(embeddings, evidence model, judges) the feature step computes is read from the method's or the
-reward preset's declaration (:class:`~workbench.rewards.needs.FeatureNeeds`), never from a name.
+The configuration is :class:`~workbench.rl.train_config.TrainConfig` (names, as ``config.json`` records them);
+the objects its names stand for — the protocol, the reward preset, and which expensive features (embeddings,
+evidence model, judges) the feature step computes — come resolved as :class:`~workbench.rl.train_config.RunParts`
+(``workbench.methods.run_parts(config)``; ``workbench.methods.trainer(config)`` does both).
 A trajectory whose reward failed (NaN) is left out of its group's statistics and gets advantage 0;
 ``n_failed_rewards`` is logged per step, and a step with more than ``max_failed_share`` failed stops.
 
@@ -34,7 +35,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported
     truncate_logs,
     write_step,
 )
-from workbench.rl.train_config import CURRICULA, TrainConfig  # noqa: F401 (re-exported: tests and notebooks import it here)
+from workbench.rl.train_config import CURRICULA, RunParts, TrainConfig, check_parts  # noqa: F401 (re-exported)
 from workbench.rl.update import run_update
 from workbench.rollout.engine import rollout
 from workbench.runs import Run, open_run
@@ -78,6 +79,7 @@ class Trainer:
 
     Args:
         config: a :class:`TrainConfig`.
+        parts: the objects its names stand for (:func:`workbench.methods.run_parts`).
         run: where to write (a Run, a directory or None = a new ``runs/train-...``).
         policy: a ready :class:`~workbench.rl.policy.LoRAPolicy` (default: built from ``config``).
         examples / eval_examples / toolbox: train on your own data instead of the world.
@@ -88,18 +90,19 @@ class Trainer:
     """The config a run directory's ``config.json`` is read back into (``resume``); subclasses with
     their own config (``SFTTrainer``) set theirs."""
 
-    def __init__(self, config: TrainConfig, run: Run | str | os.PathLike | None = None, *, policy: Any = None,
-                 examples: Sequence[Example] | None = None, eval_examples: Sequence[Example] | None = None,
-                 toolbox: Any = None, progress: bool = True):
-        from workbench.protocols import get_protocol
+    def __init__(self, config: TrainConfig, parts: RunParts, run: Run | str | os.PathLike | None = None, *,
+                 policy: Any = None, examples: Sequence[Example] | None = None,
+                 eval_examples: Sequence[Example] | None = None, toolbox: Any = None, progress: bool = True):
         from workbench.rl.rollout_sync import make_rollout_backend
 
         self.config = config
+        self.parts = parts
+        self.staged = check_parts(config, parts)
         self.loss_cfg = config.loss_config()
         self.rank, self.world_size = maybe_init_distributed()
         self.progress = progress and self.rank == 0
         seed_everything(config.seed)  # the same LoRA init on every process (also broadcast below)
-        self.protocol = get_protocol(config.protocol, **config.protocol_kwargs)
+        self.protocol = parts.protocol
 
         world = None
         if examples is None or (toolbox is None and config.dataset == "world"):
@@ -188,15 +191,9 @@ class Trainer:
 
     @property
     def feature_needs(self) -> Any:
-        """What the feature step computes: the method's declaration if ``config.method`` is set,
-        else the reward preset's (:class:`~workbench.rewards.needs.FeatureNeeds`)."""
-        from workbench.rewards.presets import preset_needs
-
-        if self.config.method:
-            from workbench.methods import get_method
-
-            return get_method(self.config.method).feature_needs()
-        return preset_needs(self.config.reward)
+        """What the feature step computes (:class:`~workbench.rewards.preset.FeatureNeeds`): the method's
+        declaration if ``config.method`` is set, else the reward preset's (``parts.needs``)."""
+        return self.parts.needs
 
     def _encoder_arg(self) -> Any:
         enc = self.config.encoder
@@ -235,8 +232,8 @@ class Trainer:
 
     @property
     def current_rubric(self) -> Any:
-        staged = "stage" in self.config.rubric(None).param_names
-        return self.config.rubric(self.stage if staged else None)
+        """The reward rubric with the config's parameters and weights, at the current stage (a staged reward)."""
+        return self.parts.rubric(self.config, self.stage if self.staged else None)
 
     # ------------------------------------------------------------------ phases
     def sample_questions(self, n: int) -> list[Example]:
@@ -515,12 +512,13 @@ class Trainer:
             truncate_logs(self.run, self.step)
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, progress: bool = True, **overrides: Any) -> Trainer:
+    def resume(cls, run_dir: str | os.PathLike, resolve: Callable[[TrainConfig], RunParts], progress: bool = True,
+               **overrides: Any) -> Trainer:
         """A trainer for an existing run, restored from its newest checkpoint (``steps`` may be raised)."""
         run = open_run(run_dir)
         stored = {k: v for k, v in run.config.items() if k in {f.name for f in dataclasses.fields(cls.config_class)}}
         cfg = cls.config_class.from_dict({**stored, **overrides})
-        trainer = cls(cfg, run=run.path, progress=progress)
+        trainer = cls(cfg, resolve(cfg), run=run.path, progress=progress)
         ck = latest_checkpoint(run.path)
         if ck is not None:
             trainer.load_checkpoint(ck)
@@ -530,9 +528,3 @@ class Trainer:
             if trainer.rank == 0:
                 truncate_logs(run, 0)
         return trainer
-
-
-def train(config: TrainConfig, run: Any = None, progress: bool = True) -> Run | None:
-    """Build a :class:`Trainer` and run it (``workbench train``)."""
-    return Trainer(config, run=run, progress=progress).train()
-

@@ -3,7 +3,7 @@
 :func:`make_plan_tool` returns a :class:`PlanTool`, a ``Toolbox`` tool ``tool(plan: str) -> list[dict]``
 with one record per node (``node``, ``tool``, ``query``, ``hits``, ``error``, ``skipped``, ``level``,
 ``parents``, ``latency_s``). It carries its ``registry``, ``k`` and ``max_nodes``. The R-Search NL-DAG
-protocol (``workbench.protocols.rsearch_dag``) renders the records; this module knows no protocol.
+protocol (``workbench.methods.rsearch_dag.protocol``) renders the records; this module knows no protocol.
 """
 
 from __future__ import annotations

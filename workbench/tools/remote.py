@@ -17,7 +17,7 @@ A failed request (server down, timeout, HTTP error, a body that is not the expec
 ``error`` (a ``failed_tool`` in the features), as for any in-process tool failure. The only retry is one
 resend when a kept-alive connection turns out to have been closed by the server.
 
-    >>> tb = remote_toolbox("search_r1", "http://127.0.0.1:8000")        # doctest: +SKIP
+    >>> tb = remote_toolbox(get_protocol("search_r1"), "http://127.0.0.1:8000")   # doctest: +SKIP
     >>> tb.call("search", query="who founded Tarnholm Mills", k=3).hits()  # doctest: +SKIP
 """
 
@@ -191,7 +191,7 @@ def remote_tools(client: RemoteRetrieval, kinds: Sequence[str]) -> dict[str, Any
 
 
 def remote_toolbox(protocol: Any, url: str, timeout_s: float = 20.0, api_key: str | None = None) -> Toolbox:
-    """The tools ``protocol`` (a name or a Protocol) declares, served by the retrieval server at ``url``."""
+    """The tools ``protocol`` declares, served by the retrieval server at ``url``."""
     from workbench.tools.toolbox import required_tools
 
     return Toolbox(remote_tools(RemoteRetrieval(url, timeout_s=timeout_s, api_key=api_key), required_tools(protocol)))

@@ -11,7 +11,7 @@ calls (``required_tools``); each kind has one registered builder:
 A new kind is one :func:`register_tool` call (e.g. in a method's file); no code here names a
 protocol or a method.
 
-    >>> tb = build_toolbox("dynasearcher", world)          # doctest: +SKIP
+    >>> tb = build_toolbox(get_protocol("dynasearcher"), world)   # doctest: +SKIP
     >>> tb.names()                                          # doctest: +SKIP
     ['search', 'kg']
 """
@@ -121,11 +121,10 @@ def _plan(ctx: ToolContext) -> Any:
 
 
 def required_tools(protocol: Any) -> tuple[str, ...]:
-    """The tool kinds ``protocol`` (a name or instance) declares."""
-    from workbench.protocols import get_protocol
-
-    proto = get_protocol(protocol) if isinstance(protocol, str) else protocol
-    return tuple(getattr(proto, "required_tools", ("search",)))
+    """The tool kinds ``protocol`` (an instance or a class) declares."""
+    if isinstance(protocol, str):
+        raise TypeError(f"expected a protocol, got the name {protocol!r}: build it with workbench.methods.get_protocol")
+    return tuple(getattr(protocol, "required_tools", ("search",)))
 
 
 def unavailable_tools(protocol: Any, ctx: ToolContext) -> list[tuple[str, str]]:
@@ -151,10 +150,10 @@ def build_toolbox(
     encoder: Any = None,
     plan_k: int = 3,
 ) -> Toolbox:
-    """The tools ``protocol`` (a name or a Protocol) requires, over ``world`` or ``passages``.
+    """The tools ``protocol`` requires, over ``world`` or ``passages``.
 
     Args:
-        protocol: protocol name or instance; only its ``required_tools`` are built.
+        protocol: a protocol (instance or class); only its ``required_tools`` are built.
         world: a synthetic :class:`~workbench.data.world.World` (passages and graph).
         passages: a corpus instead of (or overriding) the world's passages.
         retriever: ``bm25`` (default) or ``dense``.
@@ -165,7 +164,7 @@ def build_toolbox(
     """
     if retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever {retriever!r}; valid: {', '.join(RETRIEVERS)}")
-    name = protocol if isinstance(protocol, str) else getattr(protocol, "name", type(protocol).__name__)
+    name = getattr(protocol, "name", type(protocol).__name__)
     corpus = list(passages) if passages is not None else (list(world.passages) if world is not None else None)
     ctx = ToolContext(world=world, corpus=corpus, retriever=retriever, kg=kg, tokenizer=tokenizer, encoder=encoder,
                       plan_k=plan_k)

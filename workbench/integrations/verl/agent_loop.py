@@ -73,7 +73,7 @@ def _protocol_and_toolbox(method: str | None, protocol: str | None, corpus: str,
 
         proto = get_method(method).get_protocol()
     elif protocol:
-        from workbench.protocols import get_protocol
+        from workbench.methods import get_protocol
 
         proto = get_protocol(protocol)
     else:

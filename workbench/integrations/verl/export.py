@@ -304,6 +304,6 @@ def export_verl(method: str, dataset: str = "world", out: str | Path = "exports"
     script.chmod(0o755)
     paths["launch"] = script
     (out / "export.json").write_text(json.dumps({"method": m.name, "dataset": str(dataset), "split": split,
-                                                 "corpus": corpus, "n_train": len(train), "protocol": m.protocol,
-                                                 "reward": m.reward, "optimizer": m.optimizer}, indent=1))
+                                                 "corpus": corpus, "n_train": len(train), "protocol": m.protocol.name,
+                                                 "reward": m.reward.name, "optimizer": m.optimizer}, indent=1))
     return paths

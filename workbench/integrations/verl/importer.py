@@ -193,7 +193,7 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
     exs = list(examples.values())
     rows = score(trajs, exs)
     run = Run.create(out, kind="train", name=name or f"verl-{m.name}", config={
-        "source": "verl", "method": m.name, "protocol": proto.name, "reward": m.reward, "dataset": "verl",
+        "source": "verl", "method": m.name, "protocol": proto.name, "reward": m.reward.name if m.reward else None, "dataset": "verl",
         "rollout_data_dir": str(rollouts) if rollouts else None, "validation_data_dir": str(val) if val else None,
         "metrics_file": str(metrics_path) if metrics_path else None, "corpus": corpus, "notes": notes})
     extra = _columns(trajs, rows)

@@ -61,5 +61,5 @@ def make_compute_score(method: str, *, corpus: str | None = "world", return_dict
             out = {"score": math.nan, **{n: math.nan for n in names}}
         return out if return_dict else out["score"]
 
-    compute_score.__doc__ = f"verl reward of the workbench method {method!r} (preset {m.reward!r})."
+    compute_score.__doc__ = f"verl reward of the workbench method {method!r} (preset {m.reward.name!r})."
     return compute_score

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.protocols.base import Action, Observation, Protocol, find_tags, free_text_answer, register
+from workbench.protocols.base import Action, Observation, Protocol, find_tags, free_text_answer
 
 SYSTEM_PROMPT = (
     "Answer the given question directly from your own knowledge, without searching. "
@@ -22,7 +22,6 @@ DEMO = {
 }
 
 
-@register
 class Direct(Protocol):
     """The direct-generation baseline. A turn without ``<answer>`` tags counts as the answer itself
     (so a model that ignores the format is still scored), flagged ``format_ok=False``."""

@@ -30,7 +30,6 @@ from workbench.protocols.base import (
     failure_text,
     find_tags,
     free_text_answer,
-    register,
     strip_tags,
 )
 from workbench.tools.base import Toolbox, render_passages
@@ -115,7 +114,6 @@ class _RetrieveFirst(Protocol):
         return flags
 
 
-@register
 class VanillaRAG(_RetrieveFirst):
     """One retrieval (top-k 5), one answer."""
 
@@ -126,7 +124,6 @@ class VanillaRAG(_RetrieveFirst):
         return _answer_or_text(text)
 
 
-@register
 class IterRetGen(_RetrieveFirst):
     """Iter-RetGen: ``iterations`` rounds of retrieve-then-generate; the last generation answers."""
 
@@ -157,7 +154,6 @@ class IterRetGen(_RetrieveFirst):
 _ANSWER_IS = re.compile(r"answer is\s*:?\s*(.+)", re.IGNORECASE | re.DOTALL)
 
 
-@register
 class IRCoT(_RetrieveFirst):
     """IRCoT: one reasoning sentence per turn, each used as the next retrieval query."""
 

@@ -41,7 +41,6 @@ from workbench.protocols.base import (
     Observation,
     extract_boxed,
     failure_text,
-    register,
 )
 from workbench.protocols.tagged import TaggedProtocol
 from workbench.textsafe import MAX_JSON_DEPTH, json_depth, parse_json
@@ -248,7 +247,6 @@ def parse_search_request(content: str) -> tuple[dict[str, Any] | None, str]:
 # --------------------------------------------------------------------------- the protocol
 
 
-@register
 class DynaSearcher(TaggedProtocol):
     r"""DynaSearcher's grammar with document + KG search.
 

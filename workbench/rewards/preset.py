@@ -1,7 +1,8 @@
-"""What a reward needs computed besides the cheap features: embeddings, a judge, an evidence model.
+"""A reward preset: a paper's rubric under its name, with what it needs computed besides the cheap features.
 
-A reward preset declares its needs when it is registered (``register_preset(..., needs=...)``)
-and a method may add to them; the trainer, ``workbench eval`` and the exports read the
+:class:`RewardPreset` builds the paper's :class:`~workbench.rewards.rubric.Rubric` (its defaults are the paper's
+values) and declares its :class:`FeatureNeeds` (embeddings, a judge, an evidence model). A method package defines
+its preset (``workbench/methods/<paper>/reward.py``); the trainer, ``workbench eval`` and the exports read the
 declaration, never a preset's name.
 
     >>> FeatureNeeds(encoder=True) | FeatureNeeds(judges=("yesno",))
@@ -10,8 +11,12 @@ declaration, never a preset's name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.rewards.rubric import Rubric
 
 
 @dataclass(frozen=True)
@@ -41,3 +46,28 @@ class FeatureNeeds:
         parts = (["embeddings"] if self.encoder else []) + (["evidence model"] if self.evidence_model else []) + [
             f"judge {j} (optional)" for j in self.judges]
         return ", ".join(parts) or "nothing beyond the cheap features"
+
+
+@dataclass(frozen=True)
+class RewardPreset:
+    """A paper's reward: ``build(**params)`` returns its Rubric with the paper's defaults; ``needs`` is what the
+    feature step must compute for it.
+
+        >>> from workbench.rewards.rubric import Rubric
+        >>> const = RewardPreset("const", lambda **kw: Rubric([lambda c: c["em"]], [1], kw, name="const"))
+        >>> const().name, const.needs.describe()
+        ('const', 'nothing beyond the cheap features')
+    """
+
+    name: str
+    build: Callable[..., Rubric]
+    needs: FeatureNeeds = FeatureNeeds()
+
+    def __call__(self, weights: dict[str, float] | None = None, **params: Any) -> Rubric:
+        """The rubric with ``params`` (validated by the rubric) and optional component ``weights`` overrides."""
+        rubric = self.build(**params)
+        return rubric.with_weights(**weights) if weights else rubric
+
+    @property
+    def doc(self) -> str:
+        return self.build.__doc__ or ""

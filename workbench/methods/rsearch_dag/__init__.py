@@ -7,15 +7,18 @@ Optimizer: group-mean advantages without std division (Eq. 4), KL annealed 0.1 �
 size 4, lr 5e-6 with LoRA — the one seed that trains LoRA, so its lr applies here as is.
 """
 
-from workbench.methods.base import Method, register_method
+from workbench.methods.base import Method
+from workbench.methods.rsearch_dag import expert, reward
+from workbench.methods.rsearch_dag.protocol import RSearchDAG
 
-METHOD = register_method(Method(
+METHOD = Method(
     name="rsearch_dag",
     title="Reinforcement Fine-Tuning for Reasoning towards Multi-Step Multi-Source Search in Large Language Models",
     citation="Shi & Shen, 2025",
     source="shared/seeds/003_f1ef716c5f217570.txt",
-    protocol="rsearch_dag",
-    reward="rsearch_dag",
+    protocol=RSearchDAG,
+    reward=reward.PRESET,
+    expert=expert.WRITER,
     optimizer="grpo",
     optimizer_overrides={"adv_norm": "mean_only", "kl_coef": 0.1, "kl_coef_end": 0.01},
     train={"group_size": 4, "lr": 5e-6, "curriculum": "sources"},
@@ -23,4 +26,6 @@ METHOD = register_method(Method(
            "top_k": 2, "lora": True},
     notes={"reward": "Eq. 3, 0.25 : 0.25 : 0.5", "optimizer_overrides": "Eq. 4 (no std division); β annealed 0.1 → 0.01 "
            "(Sec. 4.1)", "train": "group size 4, lr 5e-6 (Sec. 4.1); curriculum by number of sources (Sec. 3)"},
-))
+)
+
+METHODS = (METHOD,)

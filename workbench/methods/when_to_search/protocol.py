@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.protocols.base import register
 from workbench.protocols.tagged import PassageSearchProtocol
 from workbench.tools.base import Hit
 
@@ -68,7 +67,6 @@ DEMO_STEPS: list[tuple[str, Any]] = [
 ]
 
 
-@register
 class WhenToSearch(PassageSearchProtocol):
     """The When-to-Search grammar: search only when internal knowledge is not enough."""
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.protocols.base import SEARCH, Action, Observation, failure_text, register, shape_ok
+from workbench.protocols.base import SEARCH, Action, Observation, failure_text, shape_ok
 from workbench.protocols.tagged import TaggedProtocol
 from workbench.tools.base import Hit, Toolbox, ToolCall, clean_text
 from workbench.tools.dag import DEFAULT_MAX_NODES, NodeResult, PlanResult, parse_plan, validate
@@ -123,7 +123,6 @@ def _records(rows: list[dict[str, Any]]) -> list[NodeResult]:
     return out
 
 
-@register
 class RSearchDAG(TaggedProtocol):
     """Shi & Shen's R-Search: one NL-DAG plan over several sources.
 

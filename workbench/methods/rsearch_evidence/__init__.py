@@ -6,19 +6,24 @@ r_fmt`` (Eq. 6) with γ_e = γ_a = 0.2; ``r_evid`` needs a frozen cross-family m
 answers from the evidence alone (Eq. 4).
 """
 
-from workbench.methods.base import Method, register_method
+from workbench.methods.base import Method
+from workbench.methods.rsearch_evidence import expert, reward
+from workbench.methods.rsearch_evidence.protocol import RSearchEvidence
 
-METHOD = register_method(Method(
+METHOD = Method(
     name="rsearch_evidence",
     title="R-Search: Empowering LLM Reasoning with Search via Multi-Reward Reinforcement Learning",
     citation="Zhao et al., 2025",
     source="shared/seeds/001_5bd55042ce472408.txt",
-    protocol="rsearch_evidence",  # top_k 3 in training (the protocol's default), 5 in evaluation
-    reward="rsearch_evidence",
+    protocol=RSearchEvidence,  # top_k 3 in training (the protocol's default), 5 in evaluation
+    reward=reward.PRESET,
+    expert=expert.WRITER,
     optimizer="grpo",  # GRPO (also PPO in the paper), KL 1e-3
     train={"max_turns": 4},
     paper={"lr": 1e-6, "group_size": 5, "kl_coef": 1e-3, "top_k_train": 3, "top_k_eval": 5, "max_turns": 4,
            "batch_size": 256, "steps": 195, "warmup_ratio": 0.95},
     notes={"reward": "Eqs. 3-6, γ_e = γ_a = 0.2", "paper": "Sec. 4 (implementation details)",
            "needs": "Eq. 4: α_cf from a frozen cross-family model given the question and the evidence (Table 5)"},
-))
+)
+
+METHODS = (METHOD,)

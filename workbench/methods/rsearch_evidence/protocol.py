@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.protocols.base import INVALID, Action, last_block, policy_blocks, register
+from workbench.protocols.base import INVALID, Action, last_block, policy_blocks
 from workbench.protocols.tagged import PassageSearchProtocol
+from workbench.rewards.evidence import EVIDENCE_TEMPLATE
 from workbench.tools.base import Hit
 
 MAX_TURNS = 4  # the project's spec (shared/SEEDS.md); the paper prints no turn limit
@@ -48,12 +49,6 @@ INVALID_MESSAGE = (
     "<original_evidence></original_evidence> and then the answer inside <answer></answer>. Let me try again.\n"
 )
 
-# Paper Table 5 (evidence template), verbatim.
-EVIDENCE_TEMPLATE = (
-    "Answer the question based on the given passages. Only give me the answer and do not output any other words.\n\n"
-    "The following are given passages: {evidence}\n\nQuestion: {query}\n\nAnswer:"
-)
-
 TAGS = ("search", "observation", "original_evidence", "answer")
 #: Valid order: searches with their observations, then (only after a search) one evidence box, then the answer.
 SHAPE = r"(search observation )+original_evidence answer|answer"
@@ -78,7 +73,6 @@ DEMO_STEPS: list[tuple[str, Any]] = [
 ]
 
 
-@register
 class RSearchEvidence(PassageSearchProtocol):
     """R-Search with factual evidence (Zhao et al.). ``top_k``: 3 in training, 5 in evaluation."""
 

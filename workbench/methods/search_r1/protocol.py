@@ -23,7 +23,6 @@ from workbench.protocols.base import (
     failure_text,
     find_tags,
     last_action,
-    register,
 )
 from workbench.textsafe import over_limit, parse_json
 from workbench.tools.base import render_passages
@@ -83,7 +82,6 @@ DEMO_ONE_HOP = {
 DEMOS = {"two_hop": DEMO, "one_hop": DEMO_ONE_HOP}
 
 
-@register
 class SearchR1(Protocol):
     """Search-R1 grammar (DSPO's agent). ``variant="tool_call"`` uses ``<tool_call>`` for searches;
     ``demo`` picks the few-shot demonstration: ``two_hop`` (with ``<think>``) or ``one_hop``."""

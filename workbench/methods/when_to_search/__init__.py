@@ -7,15 +7,18 @@ may come from a YES/NO judge (Appendix B.4). Optimizer: DAPO (no KL, clip-higher
 dynamic sampling).
 """
 
-from workbench.methods.base import Method, register_method
+from workbench.methods.base import Method
+from workbench.methods.when_to_search import expert, reward
+from workbench.methods.when_to_search.protocol import WhenToSearch
 
-METHOD = register_method(Method(
+METHOD = Method(
     name="when_to_search",
     title="Learning When to Search: Multi-Stage Reward Design for Efficient Agentic RAG with Reasoning Language Models",
     citation="anonymous ACL submission, 2025",
     source="shared/seeds/004_0281a915f1e9bd82.txt",
-    protocol="when_to_search",
-    reward="when_to_search",
+    protocol=WhenToSearch,
+    reward=reward.PRESET,
+    expert=expert.WRITER,
     optimizer="dapo",
     stages={"stage_switch_searches": 1.0},
     train={"max_turns": 5},
@@ -25,4 +28,6 @@ METHOD = register_method(Method(
            "stages": "the paper switches stage 1 -> 2 once retrieval has risen, without a number; the workbench "
                      "switches when a step's mean searches per answer reaches 1.0 (a project decision)",
            "paper.kl_loss_coef": "Table 5 lists kl_loss_coef 1e-4 although the text says DAPO drops the KL term"},
-))
+)
+
+METHODS = (METHOD,)
