@@ -16,7 +16,6 @@ import json
 import subprocess
 from pathlib import Path
 
-
 #: Per-step figures kept in provenance.json: SFT's loss, RL's reward, cover-EM and searches.
 STEP_KEYS = ("step", "loss", "tokens", "grad_norm", "reward_mean", "cem", "searches_mean", "format_ok")
 

@@ -233,9 +233,9 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
 
 def expert_command(args: argparse.Namespace) -> int:
     from workbench.data.world import load_world
-    from workbench.models import load_tokenizer
     from workbench.eval.expert import write_expert_run
     from workbench.methods import METHODS, get_method
+    from workbench.models import load_tokenizer
     from workbench.rl.expert import expert_traces, format_yield
     from workbench.tools.toolbox import build_toolbox
 

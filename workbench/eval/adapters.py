@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+
 def resolve_adapter(path: str | os.PathLike) -> Path:
     """The adapter directory ``path`` names (an adapter directory, or a run's newest checkpoint);
     a one-line error naming the path and what it lacks otherwise."""

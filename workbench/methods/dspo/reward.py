@@ -9,6 +9,7 @@ import numpy as np
 from workbench.rewards.preset import RewardPreset
 from workbench.rewards.rubric import Columns, Rubric
 
+
 def r_subem(c: Columns) -> np.ndarray:
     """DSPO: binary subEM, 1 if a normalized gold alias is a substring of the normalized answer (``cem``)."""
     return c["cem"]

@@ -10,6 +10,7 @@ from workbench.rewards.components import check_correct_metric, correct
 from workbench.rewards.preset import FeatureNeeds, RewardPreset
 from workbench.rewards.rubric import Columns, Rubric, Spec, in_range, is_true, nan_where, one_of, params
 
+
 def r_f(c: Columns) -> np.ndarray:
     """When-to-Search Eq. 6: ``r_f = +1`` if the output structure fully matches (``format_ok``), else ``−1``."""
     fmt = c["format_ok"]
