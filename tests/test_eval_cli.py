@@ -106,8 +106,15 @@ def test_eval_help_documents_every_option(capsys):
                  "--temperature", "--max-turns", "--max-new-tokens", "--seed", "--out", "--skip-unavailable"):
         assert flag in out, flag
     assert "examples:" in out and "dynasearcher" in out
-    # one source of documentation: every EvalConfig field is documented
+    # one source of documentation: every EvalConfig field is documented, and is a flag whose help is that text
     assert set(field_docs(EvalConfig)) == {f for f in EvalConfig.__dataclass_fields__}
+    from workbench.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["eval"]
+    by_dest = {a.dest: a for a in sub._actions}
+    for name, doc in field_docs(EvalConfig).items():
+        assert name in by_dest, f"EvalConfig.{name} has no flag"
+        assert by_dest[name].help.startswith(doc.replace("``", "")[:40]), name
 
 
 def test_unknown_method_lists_the_valid_ones(capsys):

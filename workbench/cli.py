@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # --------------------------------------------------------------------------- demo
 
@@ -56,12 +57,8 @@ def demo(args: argparse.Namespace) -> int:
 
 def _eval_args(p: argparse.ArgumentParser) -> None:
     from workbench.data.records import LAYOUTS
-    from workbench.eval.config import EvalConfig, field_docs
+    from workbench.eval.config import EvalConfig
 
-    d = EvalConfig.__dataclass_fields__
-    doc = {k: v.replace("``", "") + (" (default: %(default)s)" if d[k].default is not None and d[k].default is not False
-                                      and k != "methods" else "")
-           for k, v in field_docs(EvalConfig).items()}
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
         "examples:\n"
@@ -74,24 +71,20 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
         "writes runs/<run_id>/ with trajectories.parquet, examples.jsonl, config.json, metrics.json (per method\n"
         "and per hop count) and features.parquet; prints the metrics tables."
     )
-    p.add_argument("--method", required=True, metavar="M[,M...]", help=doc["methods"])
-    p.add_argument("--dataset", default=d["dataset"].default, help=doc["dataset"])
-    p.add_argument("--model", default=d["model"].default, help=doc["model"])
-    p.add_argument("--limit", type=int, default=None, help=doc["limit"])
-    p.add_argument("--split", default=None, help=doc["split"])
-    p.add_argument("--retriever", default=d["retriever"].default, choices=("bm25", "dense"), help=doc["retriever"])
-    p.add_argument("--corpus", default=None, metavar="FILE|pooled|per-question", help=doc["corpus"])
-    p.add_argument("--format", default=None, choices=LAYOUTS, help=doc["format"])
-    p.add_argument("--kg", default=None, nargs="+", metavar="FILE", help=doc["kg"])
-    p.add_argument("--retrieval-url", default=None, metavar="URL", help=doc["retrieval_url"])
-    for name, typ in (("group_size", int), ("temperature", float), ("max_turns", int), ("max_new_tokens", int), ("seed", int)):
-        p.add_argument("--" + name.replace("_", "-"), type=typ, default=d[name].default, help=doc[name])
-    p.add_argument("--device", default=d["device"].default, help=doc["device"])
-    p.add_argument("--skip-unavailable", action="store_true", help=doc["skip_unavailable"])
-    p.add_argument("--allow-pickle-weights", action="store_true", help=doc["allow_pickle_weights"])
-    p.add_argument("--protocol-kwargs", default="{}", metavar="JSON", help=doc["protocol_kwargs"])
-    p.add_argument("--adapter", default=None, metavar="DIR", help=doc["adapter"])
-    p.add_argument("--batch-mib", type=int, default=None, metavar="MIB", help=doc["batch_mib"])
+    # every EvalConfig field is a flag, its help the field's docstring; these fields read a little differently
+    _config_flags(p, EvalConfig, flags={
+        "methods": {"flags": ["--method"], "type": str, "required": True, "metavar": "M[,M...]"},
+        "retriever": {"choices": ("bm25", "dense")},
+        "corpus": {"metavar": "FILE|pooled|per-question"},
+        "format": {"choices": LAYOUTS},
+        "kg": {"type": str, "nargs": "+", "metavar": "FILE"},
+        "retrieval_url": {"metavar": "URL"},
+        "protocol_kwargs": {"metavar": "JSON"},
+        "adapter": {"metavar": "DIR"},
+        "batch_mib": {"metavar": "MIB"},
+        "skip_unavailable": {"action": "store_true"},
+        "allow_pickle_weights": {"action": "store_true"},
+    })
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -99,18 +92,16 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def eval_command(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from workbench.eval.config import DEFAULT_MODEL, EvalConfig
     from workbench.eval.runner import format_table, run_dir_hint, run_eval
     from workbench.threads import apply_threads
 
     apply_threads(args.threads)
-    run = run_eval(
-        args.method, args.dataset, args.model, out=args.out, name=args.name, progress=not args.no_progress,
-        limit=args.limit, split=args.split, retriever=args.retriever, corpus=args.corpus, format=args.format,
-        kg=args.kg, retrieval_url=args.retrieval_url, group_size=args.group_size,
-        temperature=args.temperature, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
-        device=args.device, skip_unavailable=args.skip_unavailable, allow_pickle_weights=args.allow_pickle_weights,
-        adapter=args.adapter, protocol_kwargs=args.protocol_kwargs, batch_mib=args.batch_mib,
-    )
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalConfig) if getattr(args, f.name) is not None}
+    run = run_eval(given.pop("methods"), given.pop("dataset", "world"), given.pop("model", DEFAULT_MODEL), out=args.out,
+                   name=args.name, progress=not args.no_progress, **given)
     metrics = run.metrics()
     print(f"\nper method ({metrics['n_examples']} questions):\n{format_table(metrics)}")
     if any(s.get("by_hops") for s in metrics["methods"].values()):
@@ -127,14 +118,9 @@ _TRAIN_FLAGS = {"preset": "--preset", "reward": "--reward", "model": "--model"}
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
-    import dataclasses
-    import typing
 
-    from workbench.eval.config import field_docs
     from workbench.rl.trainer import TrainConfig
 
-    docs = field_docs(TrainConfig)
-    hints = typing.get_type_hints(TrainConfig)
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
         "examples:\n"
@@ -153,17 +139,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
-    for f in dataclasses.fields(TrainConfig):
-        hint = hints[f.name]
-        text = docs.get(f.name, "").replace("``", "").replace("%", "%%")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if hint in (int, float, str):
-            kind = hint
-        else:  # X | None -> X; dicts and lists -> JSON
-            inner = [a for a in typing.get_args(hint) if a is not type(None)]
-            kind = inner[0] if len(inner) == 1 and inner[0] in (int, float, str) else _json_arg
-        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
-                       help=f"{text} (default: {json.dumps(default)})")
+    _config_flags(p, TrainConfig)
 
 
 def _json_arg(text: str):
@@ -294,8 +270,11 @@ def _sft_args(p: argparse.ArgumentParser) -> None:
             action.help = action.help.replace("(default: 2e-05)", f"(default: {SFTConfig.lr})")
 
 
-def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list) -> None:
-    """One flag per dataclass field (its docstring as help; JSON for dicts and lists)."""
+def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = None,
+                  flags: dict[str, dict[str, Any]] | None = None) -> None:
+    """One flag per dataclass field (default: every field of ``cls``): ``--field-name``, its docstring as help, its type
+    from the annotation (``X | None`` -> X; lists, dicts and bools take JSON), default None (= the dataclass's own).
+    ``flags`` overrides argparse arguments per field (``"flags"``: the option strings)."""
     import dataclasses
     import types
     import typing
@@ -303,7 +282,7 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list) -> None:
     from workbench.eval.config import field_docs
 
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
-    for f in fields:
+    for f in fields if fields is not None else dataclasses.fields(cls):
         hint = hints[f.name]
         optional = typing.get_origin(hint) in (typing.Union, types.UnionType)  # X | None -> X; lists, dicts -> JSON
         inner = [a for a in typing.get_args(hint) if a is not type(None)] if optional else []
@@ -311,8 +290,14 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list) -> None:
                                                        else _json_arg)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         text = docs.get(f.name, "").replace("``", "").replace("%", "%%")
-        p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=None,
-                       help=f"{text} (default: {json.dumps(default)})")
+        kw: dict[str, Any] = {"dest": f.name, "type": kind, "default": None,
+                              "help": f"{text} (default: {json.dumps(default, default=str)})"}
+        kw.update((flags or {}).get(f.name, {}))
+        if kw.get("action") == "store_true":  # a switch: no value
+            kw.pop("type")
+        if kw.get("required"):  # no default to show
+            kw["help"] = text
+        p.add_argument(*kw.pop("flags", ["--" + f.name.replace("_", "-")]), **kw)
 
 
 def sft_command(args: argparse.Namespace) -> int:
