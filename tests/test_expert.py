@@ -14,8 +14,8 @@ from workbench.rl.expert import Dropped, Hop, check_trace, evidence_sentence, ex
 from workbench.tools.toolbox import build_toolbox
 from workbench.trajectory import OBSERVATION, POLICY
 
-# every protocol with a writer, through a method that uses it (dspo: Search-R1's tool_call variant)
-METHODS = ["search_r1", "dspo", "when_to_search", "rsearch_evidence", "dynasearcher", "rsearch_dag", "r1_searcher"]
+# every method with an expert writer (from the methods listing: a new method's writer is tested without an edit here)
+METHODS = [name for name, m in ALL_METHODS.items() if m.expert is not None]
 
 
 def expert_protocol(method: str, **overrides):
@@ -26,9 +26,11 @@ def writer(method: str):
     return get_method(method).expert
 
 
-def test_every_writer_is_tested():
-    with_writer = {id(m.expert) for m in ALL_METHODS.values() if m.expert is not None}
-    assert {id(writer(m)) for m in METHODS} == with_writer
+def test_every_published_method_has_an_expert_writer():
+    """A cold start needs expert traces: every method with a training recipe declares its writer; baselines none."""
+    assert {"search_r1", "dspo", "when_to_search", "rsearch_evidence", "dynasearcher", "rsearch_dag",
+            "r1_searcher"} <= set(METHODS)
+    assert all(m.expert is not None for m in ALL_METHODS.values() if not m.baseline)
     assert all(m.expert is None for m in ALL_METHODS.values() if m.baseline)
 
 
@@ -132,7 +134,7 @@ def test_expert_run_is_an_ordinary_run(world, tokenizer, questions, tmp_path):
     m = run.metrics()
     assert m["methods"]["search_r1"]["cem"] == 1.0 and m["expert"]["yield"]["all"]["yield"] == 1.0
     assert run.exists("features.parquet") and len(run.examples()) == 3
-    assert run.complete and run.status.note == ""  # marked after its last metrics.json (issue 32)
+    assert run.complete and run.status.note == ""  # marked after its last metrics.json
 
 
 def test_cli_expert(tmp_path, capsys):

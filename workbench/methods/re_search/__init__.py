@@ -17,7 +17,7 @@ MuSiQue's training set.
 """
 
 from workbench.methods.base import Method
-from workbench.methods.re_search import reward
+from workbench.methods.re_search import expert, reward
 from workbench.methods.re_search.protocol import ReSearch
 
 METHOD = Method(
@@ -27,6 +27,7 @@ METHOD = Method(
     source="arXiv:2503.19470; code: Agent-RL/ReSearch (now Agent-RL/ReCall, ReSearch up to commit 3b2fd14)",
     protocol=ReSearch,
     reward=reward.PRESET,
+    expert=expert.WRITER,
     optimizer="grpo",  # clip 0.2, KL 1e-3 (Table 4)
     optimizer_overrides={"agg": "token-mean", "adv_std": "sample", "kl_clamp": 10.0},
     train={"group_size": 5},
@@ -49,9 +50,8 @@ METHOD = Method(
                     "train, E5-base-v2, Wikipedia Dec. 2018, top-5); scripts/train/train.sh (prompt 512 / response "
                     "8192 tokens, mini-batch 256, low_var_kl); top_p and entropy: their ppo_trainer.yaml",
            "top_k": "Sec. 3.1: top-5 results per query in training and evaluation (the protocol's default)",
-           "expert": "expert.py's WRITER writes format-valid traces (tests/test_re_search.py) but is not declared as "
-                     "Method.expert: tests/test_expert.py checks that the declared writers are exactly those of its own "
-                     "METHODS list, which does not name re_search",
+           "expert": "not in the paper (it trains from scratch); the workbench's cold start on this CPU needs expert "
+                     "traces, written in the protocol's grammar by expert.py",
            "max_turns": "no turn limit in the paper (generation runs to EOS within 8,192 response tokens); "
                         "TrainConfig's max_turns applies here"},
 )
