@@ -202,7 +202,7 @@ def _features(table: Any, golds: dict[str, list[str]], turns_failed: np.ndarray,
                                                                          "format_ok", "n_searches", "n_invalid", "hops")}
     return pd.DataFrame({
         **{c: col[c] for c in ("id", "example_id", "group_id", "sample_idx", "protocol", "answer")},
-        "has_gold": 1.0, "em": col["em"], "cem": col["cem"], "sub_em": col["cem"], "f1": col["f1"],
+        "has_gold": 1.0, "em": col["em"], "cem": col["cem"], "f1": col["f1"],
         "L_pred": nrng.integers(1, 6, n).astype(float), "L_gt": np.array([len(golds[e][0].split()) for e in
                                                                           col["example_id"]], float),
         "n_searches": col["n_searches"].astype(float), "hops": col["hops"].astype(float),

@@ -79,7 +79,7 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("mode", sorted(A.ADVANTAGES))
 def test_failed_rewards_are_left_out_and_get_zero(mode):
-    # issue 12: a NaN reward (failed judge / tool) is not a 0: it is excluded from the statistics
+    # a NaN reward (failed judge / tool) is not a 0: it is excluded from the statistics
     nan = float("nan")
     r, g = [1.0, 0.0, nan, 0.5, 0.25, 1.0], ["a", "a", "a", "b", "b", "b"]
     adv = A.compute_advantages(r, g, mode, eps=1e-6)

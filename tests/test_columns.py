@@ -20,7 +20,7 @@ from workbench.trajectory import POLICY, Trajectory, Turn
 
 # the tuples as they were written out by hand in features.py before the registry
 OLD_NUMERIC = (
-    "sample_idx", "has_gold", "em", "cem", "sub_em", "f1", "L_pred", "L_gt", "n_searches", "hops", "n_invalid",
+    "sample_idx", "has_gold", "em", "cem", "f1", "L_pred", "L_gt", "n_searches", "hops", "n_invalid",
     "answered", "format_ok", "answer_boxes", "evidence_boxes", "dag_valid", "n_dag_problems", "order_ok",
     "reflect_count", "n_gold_passages", "n_retrieved", "recall_title", "recall_id", "recall_embed", "recall",
     "n_queries", "query_concise", "query_sim_mean", "query_sim_paper", "evidence_f1",
@@ -29,11 +29,11 @@ OLD_TEXT = ("id", "example_id", "group_id", "protocol", "answer", "concise_rule"
 OLD_FEATURE = ("id", "example_id", "group_id", "sample_idx", "protocol", "answer",
                *[c for c in OLD_NUMERIC if c != "sample_idx"], "concise_rule", "evidence", "evidence_answer")  # fmt: skip
 OLD_FLAGS = ("format_ok", "answer_boxes", "evidence_boxes", "dag_valid", "order_ok", "reflect_count")
-# added since (issue 12): failures are recorded as columns, after the historical ones
+# added since: failures are recorded as columns, after the historical ones
 FAILURE_NUMERIC = ("failed_tool", "backend_error", "failed_judge", "failed_evidence")
 FAILURE_TEXT = ("failure",)
-# added since (issue 13): which matching recall used, answers naming several options, demonstration leaks
-PROTOCOL_NUMERIC = ("multi_option", "option_f1", "demo_leak")  # option_f1: issue 14 (NL-DAG multiple choice)
+# added since: which matching recall used, answers naming several options, demonstration leaks
+PROTOCOL_NUMERIC = ("multi_option", "option_f1", "demo_leak")  # option_f1: NL-DAG multiple choice
 PROTOCOL_TEXT = ("recall_by",)
 
 

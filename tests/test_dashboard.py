@@ -96,7 +96,7 @@ def test_runs_table_one_row_per_run(runs_root):
     assert df.loc[RUN_A, "methods"] == "direct, search_r1" and df.loc[RUN_B, "methods"] == "search_r1"
     assert df.loc[RUN_B, "dataset"] == "hotpotqa" and df.loc[RUN_A, "kind"] == "eval"
     assert df.loc[RUN_B, "best_method"] == "search_r1"
-    assert df.loc[RUN_B, "f1"] == pytest.approx(2 / 3) and df.loc[RUN_B, "searches"] == pytest.approx(1.0)
+    assert df.loc[RUN_B, "f1"] == pytest.approx(2 / 3) and df.loc[RUN_B, "n_searches"] == pytest.approx(1.0)
     assert df.loc[RUN_T, "kind"] == "train" and df.loc[RUN_T, "steps"] == 3
     assert df.loc[RUN_T, "reward_mean"] == pytest.approx(0.2)
     assert (df["error"] == "").all()
@@ -106,8 +106,8 @@ def test_method_metrics_means_per_run_and_method(runs_root):
     df = q.method_metrics(runs_root).set_index(["run_id", "method"])
     assert len(df) == 3
     a_direct, a_search, b_search = df.loc[(RUN_A, "direct")], df.loc[(RUN_A, "search_r1")], df.loc[(RUN_B, "search_r1")]
-    assert a_direct["n"] == 2 and a_direct["em"] == pytest.approx(0.5) and a_direct["searches"] == 0
-    assert a_search["f1"] == pytest.approx(0.5) and a_search["searches"] == pytest.approx(1.0)
+    assert a_direct["n"] == 2 and a_direct["em"] == pytest.approx(0.5) and a_direct["n_searches"] == 0
+    assert a_search["f1"] == pytest.approx(0.5) and a_search["n_searches"] == pytest.approx(1.0)
     assert b_search["n"] == 3 and b_search["em"] == pytest.approx(2 / 3) and b_search["dataset"] == "hotpotqa"
     assert a_direct["dataset"] == "world" and a_direct["answered"] == 1.0
 
@@ -124,7 +124,7 @@ def test_counts_hops_and_protocols(runs_root):
 
     protos = q.protocol_breakdown(runs_root).set_index("protocol")
     assert protos.loc["search_r1", "n"] == 5 and protos.loc["search_r1", "runs"] == 2
-    assert protos.loc["search_r1", "em"] == pytest.approx(3 / 5) and protos.loc["direct", "searches"] == 0
+    assert protos.loc["search_r1", "em"] == pytest.approx(3 / 5) and protos.loc["direct", "n_searches"] == 0
     assert protos.loc["search_r1", "finished_by_answer"] == 1.0
 
 
@@ -291,7 +291,7 @@ def test_metrics_json_of_runs_is_read_as_summaries(runs_root):
     assert s.loc[(RUN_B, "search_r1"), "f1"] == pytest.approx(summary["f1"]) == pytest.approx(2 / 3)
 
 
-# --------------------------------------------------------------------------- failed trajectories (issue 12)
+# --------------------------------------------------------------------------- failed trajectories
 
 RUN_F, RUN_OLD = "20261122-150000-eval-failed", "20261122-140000-eval-old-features"
 FAILURE_TEXT = "search tool failed: tool 'search' raised RuntimeError: index offline"

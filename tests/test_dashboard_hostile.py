@@ -1,4 +1,4 @@
-"""The dashboard and run folders against hostile names and partial or corrupt files (issue 32).
+"""The dashboard and run folders against hostile names and partial or corrupt files.
 
 - script planted in every field a run can carry (folder name, method, question, answer, config values, failure
   text) never runs, in the static export or the served page (headless Chromium);

@@ -22,7 +22,7 @@ def test_greedy_groups_are_refused():
 
 
 def test_summary_table_is_narrow():
-    row = {"n": 8, "em": 0.125, "cem": 0.25, "cem_strict": 0.25, "f1": 0.3, "searches": 1.5, "tokens": 80.0,
+    row = {"n": 8, "em": 0.125, "cem": 0.25, "cem_strict": 0.25, "f1": 0.3, "n_searches": 1.5, "tokens": 80.0,
            "seconds": 2.0, "valid_actions": 1.0, "answered": 0.75, "format_ok": 0.5, "tool_seconds": 0.1}
     metrics = {"methods": {m: {**row, "by_hops": {"1": row, "2": row}} for m in DEMO_METHODS}}
     table = summary_table(metrics)

@@ -54,16 +54,16 @@ def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys):
     for f in ("config.json", "trajectories.parquet", "metrics.json", "examples.jsonl"):
         assert (run.path / f).exists(), f
     metrics = run.metrics()
-    # the KG method too (issue 17), and the search agent with the shipped SFT adapter beside it (issue 14)
+    # the KG method too, and the search agent with the shipped SFT adapter beside it
     assert set(metrics["methods"]) == {"direct", "search_r1", "search_r1+lora", "dynasearcher"}
-    assert metrics["methods"]["direct"]["n"] == 4 and metrics["methods"]["direct"]["searches"] == 0
+    assert metrics["methods"]["direct"]["n"] == 4 and metrics["methods"]["direct"]["n_searches"] == 0
     assert run.config["eval"]["adapter"].endswith("data/adapters/search_r1-sft-grpo")
     assert run.config["methods"]["search_r1"]["protocol"]["observation_mode"] == "chat"  # the layout it learned
     assert len(run.trajectories()) == 16  # 2 questions x 2 samples x 4 methods
     nb_dir = run.path / "notebooks" / "01_trajectory_inspector"
     nb_metrics = json.loads((nb_dir / "metrics.json").read_text())
     assert nb_metrics["n_trajectories"] == 16
-    assert nb_metrics["direct.searches"] == 0.0
+    assert nb_metrics["direct.n_searches"] == 0.0
     assert (nb_dir / "metrics_by_method.html").exists()
     executed = json.loads((run.path / "notebooks" / "01_trajectory_inspector.ipynb").read_text())
     assert any(c.get("outputs") for c in executed["cells"] if c["cell_type"] == "code")

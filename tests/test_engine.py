@@ -108,7 +108,7 @@ def test_max_turns_budget(tokenizer):
     be = ScriptedBackend(tokenizer, lambda text, turn: f"<search> query {turn} </search>")
     traj = rollout(EX[:1], get_protocol("search_r1"), toolbox(), be, RolloutConfig(max_turns=3), progress=False)[0]
     assert traj.finish_reason == "max_turns"
-    # the third search was cut off by the turn limit: it never ran, so it is not counted (issue 13)
+    # the third search was cut off by the turn limit: it never ran, so it is not counted
     assert len(traj.policy_turns) == 3 and traj.n_searches == 2
     assert traj.answer is None
 

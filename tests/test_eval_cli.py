@@ -16,11 +16,11 @@ from workbench.methods import method_names as valid_methods
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.runs import list_runs
 
-SUMMARY_KEYS = {"n", "em", "cem", "f1", "searches", "tokens", "seconds", "tool_seconds", "format_ok", "valid_actions",
+SUMMARY_KEYS = {"n", "em", "cem", "f1", "n_searches", "tokens", "seconds", "tool_seconds", "format_ok", "valid_actions",
                 "answered", "wall_seconds", "tool_share", "by_hops",
-                # issue 13: strict cover-EM, the flags behind it, and the throughput view of seconds
+                # strict cover-EM, the flags behind it, and the throughput view of seconds
                 "cem_strict", "multi_option", "demo_leak", "wall_seconds_per_answer"}
-HOP_KEYS = {"n", "em", "cem", "f1", "searches", "tokens", "seconds", "format_ok"}
+HOP_KEYS = {"n", "em", "cem", "f1", "n_searches", "tokens", "seconds", "format_ok"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are shared
@@ -81,7 +81,7 @@ def test_eval_cli_on_world_with_the_real_model(tmp_path, capsys):
         assert sum(h["n"] for h in s["by_hops"].values()) == 2
         for h in s["by_hops"].values():
             assert HOP_KEYS <= set(h)
-    assert m["methods"]["direct"]["searches"] == 0.0
+    assert m["methods"]["direct"]["n_searches"] == 0.0
     # the per-hop rows printed are the ones in metrics.json
     for method, s in m["methods"].items():
         for h, hs in s["by_hops"].items():
@@ -156,7 +156,7 @@ def test_a_method_without_its_tools_errors_or_is_skipped(capsys, tmp_path, token
     m = run.metrics()
     assert set(m["methods"]) == {"search_r1"}
     s = m["methods"]["search_r1"]
-    assert s["n"] == 2 and s["searches"] == 1.0
+    assert s["n"] == 2 and s["n_searches"] == 1.0
     assert run.config["dataset"] == "hotpotqa" and run.config["corpus"] == "contexts" and run.config["n_passages"] == 4
     feats = pd.read_parquet(run.path / "features.parquet")
     # the search for "Firm0 founder" finds the Firm0 paragraph: a supporting title of h0

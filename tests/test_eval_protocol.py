@@ -1,4 +1,4 @@
-"""The evaluation protocol the papers use (issue 13): recall by passage id, counted searches are executed
+"""The evaluation protocol the papers use: recall by passage id, counted searches are executed
 searches, seconds per trajectory, comparison answers that name both options, few-shot leakage, and
 unclosed or stray answer tags (with the exact strings seen on real data)."""
 
@@ -85,7 +85,7 @@ def test_a_search_cut_off_by_the_turn_limit_is_not_counted(tokenizer):
     assert len(t.tool_calls) == 1 and t.n_searches == 1 and t.queries == ["a"]
     row = compute_features([t], EX, encoder=False, cache=False).iloc[0]
     assert (row["n_searches"], row["n_queries"]) == (1.0, 1.0)
-    assert score([t], EX)[0]["searches"] == 1
+    assert score([t], EX)[0]["n_searches"] == 1
 
 
 def test_a_search_cut_off_by_the_token_budget_counts_only_if_its_tool_ran(tokenizer):

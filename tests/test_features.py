@@ -139,7 +139,7 @@ def test_features_by_hand():
     r0, r1 = df.iloc[0], df.iloc[1]
     assert (r0["id"], r0["group_id"], r0["sample_idx"], r0["protocol"]) == ("q1#0", "q1", 0, "search_r1")
     # "It was Ada Quist, a miller" vs "Ada Quist": EM 0, cover-EM 1, F1 = 2·(2/5·1)/(2/5+1) = 0.5714 (5 words after "a" drops)
-    assert (r0["em"], r0["cem"], r0["sub_em"]) == (0.0, 1.0, 1.0)
+    assert (r0["em"], r0["cem"]) == (0.0, 1.0)  # DSPO's subEM is cem (one column per quantity)
     assert r0["f1"] == pytest.approx(2 * 0.4 / 1.4)
     assert (r0["L_pred"], r0["L_gt"]) == (5.0, 2.0)  # L_gt: the first alias "Ada Quist"
     assert (r0["n_searches"], r0["hops"], r0["n_queries"]) == (2.0, 2.0, 2.0)

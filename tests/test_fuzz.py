@@ -1,4 +1,4 @@
-"""Fuzz suite for invariant 5 (issue 12): model output and tool text are untrusted.
+"""Fuzz suite for invariant 5: model output and tool text are untrusted.
 
 Targets: every protocol's ``parse``, ``act`` + render (against tools that return or raise hostile
 text), ``format_flags``; the NL-DAG parse -> validate -> execute -> render; the DynaSearcher
@@ -235,7 +235,7 @@ def test_bounded_json_never_raises(text):
 
 
 def test_one_megabyte_parses_quickly():
-    """Linear parsing (issue 12): a wide bound here; bench/bench_parse.py has the timings."""
+    """Linear parsing: a wide bound here; bench/bench_parse.py has the timings."""
     for name, kw in VARIANTS:
         p = _protocol(name, kw)
         for unit in ("<answer>", f"<{getattr(p, 'search_tag', 'search')}>", "<think>"):
@@ -252,7 +252,7 @@ def test_one_megabyte_parses_quickly():
     assert time.perf_counter() - t0 < 10
 
 
-# --------------------------------------------------------------------------- the retrieval server (issue 32)
+# --------------------------------------------------------------------------- the retrieval server
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
                      lambda c: st.lists(c, max_size=6) | st.dictionaries(st.text(max_size=12), c, max_size=6),
@@ -289,7 +289,7 @@ def retrieval_server(world):
        auth=st.sampled_from(["Bearer fuzz-key", "Bearer fuzz-key", "Bearer wrong", "fuzz-key", None]))
 def test_retrieval_server_answers_every_request_without_5xx(retrieval_server, path, method, body, kind, auth):
     """Malformed, oversized, deeply nested, mistyped and unauthenticated requests to every endpoint get a 2xx or a
-    4xx with a JSON message, never a 5xx or a traceback (the probes of issue 32; ``make fuzz`` runs 2,000)."""
+    4xx with a JSON message, never a 5xx or a traceback (the hostile probes; ``make fuzz`` runs 2,000)."""
     url, client = retrieval_server
     headers = {k: v for k, v in (("content-type", kind), ("authorization", auth)) if v is not None}
     r = client.request(method, url + path, content=body, headers=headers)
@@ -302,7 +302,7 @@ def test_retrieval_server_answers_every_request_without_5xx(retrieval_server, pa
 
 
 def test_surrogates_and_nuls_roll_out_and_save(tokenizer, tmp_path):
-    """A passage with a lone surrogate is tokenized; generated text with one is saved (issue 12)."""
+    """A passage with a lone surrogate is tokenized; generated text with one is saved."""
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig, rollout
     from workbench.trajectory import load_trajectories, save_trajectories

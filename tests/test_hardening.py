@@ -1,4 +1,4 @@
-"""Runs are never lost, nothing unsafe is loaded, bad input is one clear line (issue 12)."""
+"""Runs are never lost, nothing unsafe is loaded, bad input is one clear line."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_pickle_weights_are_refused_unless_opted_in(tmp_path):
     (["eval", "--method", "direct", "--limit", "1", "--model", "/nonexistent/dir"], "no such file or directory"),
     (["eval", "--method", "direct", "--limit", "1", "--model", "Qwen/Qwen2.5-0.5B-Instruct"], "not on this machine"),
     (["dashboard", "--runs", "/nonexistent", "--static", "x.html"], "no such folder"),
-    (["train", "--config", os.path.dirname(__file__)], "is a directory, not a file"),  # issue 32
+    (["train", "--config", os.path.dirname(__file__)], "is a directory, not a file"),
 ])
 def test_cli_errors_are_one_line_with_exit_2(capsys, argv, says):
     assert main(argv) == 2

@@ -144,7 +144,7 @@ def test_chunked_prefill_gives_the_same_output(policy):
 
 
 def test_cpu_budgets_bound_the_cache_the_batches_and_the_prefill_chunks(policy):
-    """The CPU defaults are the measured budgets (bench/RESULTS.md, issue 13), and each is what the backend's
+    """The CPU defaults are the measured budgets (bench/RESULTS.md), and each is what the backend's
     sizes are computed from: a revert to unbounded prefills or larger caches fails here."""
     from workbench.rollout.backends import hf
 

@@ -76,4 +76,4 @@ def test_search_agent_end_to_end_on_hotpotqa(hotpot, hf_backend, tmp_path):
     feats = pd.read_parquet(run.path / "features.parquet")
     got = feats.groupby("protocol")["recall_title"].apply(lambda r: int((r > 0).sum())).to_dict()
     assert got == overlap
-    assert m["methods"]["search_r1"]["searches"] == agent_searches / 3
+    assert m["methods"]["search_r1"]["n_searches"] == agent_searches / 3

@@ -1,4 +1,4 @@
-"""Benchmark files as researchers have them load without conversion (issue 13): one fixture per public
+"""Benchmark files as researchers have them load without conversion: one fixture per public
 layout in ``tests/fixtures/`` (written from each layout's documentation), loaded through
 ``workbench eval``; corpora in every layout; the corpus settings (pooled / per-question / file)."""
 

@@ -459,7 +459,7 @@ def test_register_loss_preset():
 
 
 def test_kl_anneal_counts_training_steps():
-    # issue 14: gspo, steps=100, β 0.1 -> 0.01: training step 25 (1-based, index 24) has β = 0.078
+    # gspo, steps=100, β 0.1 -> 0.01: training step 25 (1-based, index 24) has β = 0.078
     from workbench.rl.config import kl_coef_at
 
     cfg = get_loss_config("gspo", kl_coef=0.1, kl_coef_end=0.01, kl_anneal_steps=100)

@@ -160,10 +160,10 @@ def test_rewards_on_the_demo_run_are_identical_before_and_after_the_restructure(
     feats = compute_features(trajs, run.examples(), encoder=False, cache=False)
     assert feats["id"].tolist() == before["ids"]
     # the one named change since: a search cut off by the turn limit never ran and is no longer counted
-    # (issue 13), which moves the search-count terms of exactly the trajectories that wrote one
+    #, which moves the search-count terms of exactly the trajectories that wrote one
     cut = np.array([sum(a.get("kind") == "search" for a in t.actions) > t.n_searches for t in trajs])
     assert 0 < cut.sum() <= 2
-    # and (issue 14) DynaSearcher Eq. 2 takes L_gt from the alias the answer matches best, not the first alias:
+    # and DynaSearcher Eq. 2 takes L_gt from the alias the answer matches best, not the first alias:
     # only the rows where that alias is not the first one may change
     from workbench.rewards.metrics import matching_gold
 

@@ -104,7 +104,7 @@ def test_answer_metrics_without_gold_are_nan():
     assert exact_match("anything", []) == 0.0  # the single metrics stay 0 (nothing matched)
 
 
-# --------------------------------------------------------------------------- issue 13: options and leakage
+# --------------------------------------------------------------------------- options and leakage
 
 
 @pytest.mark.parametrize("question, options", [

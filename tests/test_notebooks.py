@@ -41,7 +41,7 @@ def test_quickstart_then_results_dashboard(tmp_path):
                      {"limit": 1, "max_new_tokens": 16, "max_turns": 2, "out_dir": str(qs)})
     m = json.loads((qs / "metrics.json").read_text())
     assert m["n_trajectories"] == 2
-    assert m["direct.n"] == 1 and m["search_r1.n"] == 1 and m["direct.searches"] == 0
+    assert m["direct.n"] == 1 and m["search_r1.n"] == 1 and m["direct.n_searches"] == 0
     runs = [p.parent for p in qs.rglob("trajectories.parquet")]
     assert runs, "the quickstart writes an eval run"
     dash = tmp_path / "dash"

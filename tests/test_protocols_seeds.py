@@ -102,7 +102,7 @@ def test_demo_follows_its_own_grammar(name):
         turns.append(Turn(POLICY if kind == "policy" else OBSERVATION, text, [], None, None, action))
     if name == "rsearch_dag":  # the plan's validation record the act() would have added
         turns[1].tool_calls = [ToolCall("plan", {}, meta={"dag": True, "valid": True, "problems": []})]
-    else:  # each replayed search ran (only executed searches count, issue 13)
+    else:  # each replayed search ran (only executed searches count)
         for prev, t in zip(turns, turns[1:]):
             if t.kind == OBSERVATION and (prev.action or {}).get("kind") == "search":
                 t.tool_calls = [ToolCall("search", {"query": prev.action.get("payload")})]
@@ -311,7 +311,7 @@ def test_dynasearcher_format_flags(tokenizer, turns, format_ok, order_ok, strict
     assert f["format_ok"] is (not f["format_errors"])
     if f["answered"] and boxes:
         assert traj.answer == "Elsa Brandvik"
-    # every counted search was executed (one cut off by the turn limit is not counted: issue 13)
+    # every counted search was executed (one cut off by the turn limit is not counted)
     assert len(calls.search) == sum("<result>" in t.text for t in traj.turns if t.kind == OBSERVATION)
     assert len(calls.search) == traj.n_searches
 

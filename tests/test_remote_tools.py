@@ -249,7 +249,7 @@ def test_eval_with_retrieval_url_rolls_out_through_the_server(tmp_path, tokenize
                      for k in ("local", "served"))
     assert local == remote and all(len(o) == 1 and "Title" in o[0] for o in remote)
     scores = [runs[k].metrics()["methods"]["search_r1"] for k in ("local", "served")]
-    assert all(scores[0][m] == scores[1][m] for m in ("em", "f1", "cem", "searches"))
+    assert all(scores[0][m] == scores[1][m] for m in ("em", "f1", "cem", "n_searches"))
     server = runs["served"].config["retrieval_server"]
     assert server["url"] == s.url and server["passages"] == len(world.passages)
 
@@ -281,7 +281,7 @@ def test_eval_with_retrieval_url_refuses_a_tool_the_server_lacks(tmp_path, token
 
 def test_verls_agent_loop_sends_the_api_key():
     """``WorkbenchAgentLoop``'s ``retrieval_api_key`` (or ``$WORKBENCH_RETRIEVAL_API_KEY`` in the worker) reaches a
-    keyed ``serve-retrieval``; without it the searches are failed tool calls naming the key (issue 32)."""
+    keyed ``serve-retrieval``; without it the searches are failed tool calls naming the key."""
     from tests.verl_env import STAMP, VERL_PYTHON, run_in_verl
 
     if not (VERL_PYTHON.exists() and STAMP.exists()):

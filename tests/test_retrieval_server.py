@@ -151,7 +151,7 @@ def test_cli_serve_retrieval_parser():
     assert args.host == "127.0.0.1" and args.retriever == "bm25" and args.corpus == "c.jsonl"
 
 
-# --------------------------------------------------------------------------- hostile networks (issue 32)
+# --------------------------------------------------------------------------- hostile networks
 
 KEY = "k3y-for-tests-0123456789"
 

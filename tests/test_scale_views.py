@@ -1,4 +1,4 @@
-"""The views at scale (issue 17), at small scale: synthetic runs from ``bench/bench_scale.py`` (3 runs × 2,000
+"""The views at scale, at small scale: synthetic runs from ``bench/bench_scale.py`` (3 runs × 2,000
 trajectories in the real layout). The lazy paths (DuckDB over the Parquet files) must give what a direct pandas
 computation over the whole files gives, and opening the views must not read the text columns: a test that fails
 if someone makes them eager again (text columns requested, whole files read, every trajectory built)."""
@@ -61,9 +61,9 @@ def full(root):
 def test_dashboard_aggregates_match_pandas(root, full):
     got = q.method_metrics(root).set_index(["run_id", "method"]).sort_index()
     want = full.groupby(["run_id", "method"]).agg(n=("id", "size"), f1=("f1", "mean"), cem=("cem", "mean"),
-                                                    searches=("n_searches", "mean")).sort_index()
+                                                    n_searches=("n_searches", "mean")).sort_index()
     assert list(got.index) == list(want.index) and got["n"].tolist() == want["n"].tolist()
-    for c in ("f1", "cem", "searches"):
+    for c in ("f1", "cem", "n_searches"):
         assert got[c].to_numpy() == pytest.approx(want[c].to_numpy())
     hops = q.hop_breakdown(root).set_index(["run_id", "method", "hops"]).sort_index()
     assert hops["n"].tolist() == full.groupby(["run_id", "method", "hops"]).size().sort_index().tolist()

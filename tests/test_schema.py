@@ -1,4 +1,4 @@
-"""`workbench schema` (issue 17): every column a run writes is in the one schema, with the dtype the file has.
+"""`workbench schema`: every column a run writes is in the one schema, with the dtype the file has.
 
 Two real runs are checked: `workbench eval` with the default model (a baseline without a reward preset and
 DynaSearcher's five-component preset), and a scripted eval whose search tool raises, so failed rows (NULL

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,3 +338,33 @@ def test_an_engine_module_importing_an_application_or_method_is_found(tmp_path):
                                           ("workbench.methods.dspo", "methods"), ("workbench.rlx", None)])
 def test_layers(module, want):
     assert layer(module) == want
+
+
+# ----------------------------------------------------------------------------- history stays out of the code
+
+HISTORY = re.compile(r"\bissues? [0-9]+\b|\b20[2-9][0-9]-[01][0-9]-[0-3][0-9]\b")
+"""An issue number or a date in a comment or docstring: history, which belongs in bench/RESULTS.md and the git log."""
+
+
+def history_mentions(paths: list[Path]) -> list[str]:
+    """``file:line: text`` of each comment or string line naming an issue or a date."""
+    out = []
+    for path in paths:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if HISTORY.search(line):
+                out.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{n}: {line.strip()}")
+    return out
+
+
+def test_no_issue_numbers_or_dates_in_the_code():
+    paths = [p for top in ("workbench", "widgets", "tests") for p in sorted((ROOT / top).rglob("*.py"))]
+    # a date that is data, not history (a test's example plan text), is allowed where it is data
+    found = [m for m in history_mentions(paths) if "test_dag.py" not in m]
+    assert not found, "history in code (move it to bench/RESULTS.md or the commit message):\n" + "\n".join(found)
+
+
+def test_history_mentions_are_found(tmp_path):
+    f = tmp_path / "m.py"
+    issue, date = "issue" + " 12", "-".join(("2026", "11", "24"))  # not written out: this file is checked too
+    f.write_text(f'"""Fixed in {issue}."""\nx = 1  # measured {date}\ny = 2  # fine\n')
+    assert [m.split(":")[1] for m in history_mentions([f])] == ["1", "2"]

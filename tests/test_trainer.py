@@ -237,7 +237,7 @@ def test_resume_gives_the_same_next_step(tmp_path):
         f.write(json.dumps({"step": 2, "reward_mean": 123.0}) + "\n")
     r = LengthReward.resume(b_dir, wm.run_parts, progress=False, steps=2)
     assert r.step == 1
-    assert not r.run.complete  # resumed: incomplete until train() has finished (issue 32)
+    assert not r.run.complete  # resumed: incomplete until train() has finished
     r.train()
     assert r.run.complete and r.run.status.note == ""
     rows_b = [x for x in r.run.step_metrics() if "reward_mean" in x]
@@ -301,7 +301,7 @@ def test_training_notebook_runs_and_writes_metrics(tmp_path):
 
 
 def test_kl_anneal_follows_training_steps_not_optimizer_steps(tmp_path):
-    # issue 14: gspo has 4 mini-batches (4 optimizer steps per training step); β must follow training steps
+    # gspo has 4 mini-batches (4 optimizer steps per training step); β must follow training steps
     cfg = TrainConfig(**{**TINY, "steps": 100, "reward": "dynasearcher", "preset": "gspo", "encoder": "none",
                          "loss_overrides": {"kl_coef": 0.1, "kl_coef_end": 0.01, "num_mini_batches": 2}})
     tr = LengthReward(cfg, wm.run_parts(cfg), run=tmp_path, progress=False)

@@ -126,7 +126,7 @@ def test_step_metrics_join_verls_log_with_the_dumps(imported):
 
 def test_imported_run_is_complete(imported):
     run, _, _ = imported
-    assert run.complete and run.status.note == ""  # its completion marker is written last (issue 32)
+    assert run.complete and run.status.note == ""  # its completion marker is written last
 
 
 def test_imported_run_opens_in_the_dashboard_and_the_inspector(imported):

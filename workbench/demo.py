@@ -55,10 +55,10 @@ DEMO_NOTEBOOKS: dict[str, dict[str, Any]] = {
 
 #: The demo's summary columns (``metrics_table`` name -> label, format): narrow enough for a terminal.
 SUMMARY = {"n": ("n", "d"), "em": ("EM", ".3f"), "cem": ("cover-EM", ".3f"), "f1": ("F1", ".3f"),
-           "searches": ("searches", ".2f"), "tokens": ("tokens", ".0f"),
+           "n_searches": ("searches", ".2f"), "tokens": ("tokens", ".0f"),
            "wall_seconds_per_answer": ("s/answer", ".1f"),
            "format_ok": ("format-ok", ".2f"), "answered": ("answered", ".2f")}
-HOP_SUMMARY = ("n", "cem", "f1", "searches", "answered")
+HOP_SUMMARY = ("n", "cem", "f1", "n_searches", "answered")
 
 
 def summary_table(metrics: dict[str, Any], by_hops: bool = False) -> str:

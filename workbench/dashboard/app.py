@@ -43,7 +43,7 @@ from workbench.http_stack import is_loopback
 log = logging.getLogger(__name__)
 
 #: Metrics offered by the comparison selector (columns of ``queries.method_metrics``).
-COMPARE_METRICS = ("f1", "em", "cem", "format_ok", "answered", "searches", "tokens")
+COMPARE_METRICS = ("f1", "em", "cem", "format_ok", "answered", "n_searches", "tokens")
 #: Transcripts embedded per run in the static page (it has no server to fetch more).
 STATIC_TRANSCRIPTS = 30
 #: Runs whose trajectories the static page lists (newest first).
@@ -191,7 +191,7 @@ def _breakdown_section(runs_dir: Path):
     if hops.empty:
         parts.append(pn.pane.Alert("No trajectories with a hop count.", alert_type="info"))
     else:
-        metrics = [m for m in ("f1", "em", "cem", "searches") if hops[m].notna().any()]
+        metrics = [m for m in ("f1", "em", "cem", "n_searches") if hops[m].notna().any()]
         parts += [_plot(hops_figure(hops, metrics)), _table(hops, means=True)]
     parts.append(pn.pane.Markdown("### Per protocol"))
     if protocols.empty:

@@ -1,4 +1,4 @@
-"""Failed trajectories, from each run's ``features.parquet`` (issue 12), for the dashboard.
+"""Failed trajectories, from each run's ``features.parquet``, for the dashboard.
 
 A trajectory whose reward depends on a failed component (a tool that raised or timed out, a generation
 backend error, a judge or evidence-model call that failed) has NaN rewards and says so in its features:

@@ -34,13 +34,13 @@ from workbench.trajectory import Trajectory
 #: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
 ANSWER_METRICS = ("em", "cem", "f1", "format_ok")
 #: Summary keys shown per method, from ``metrics.json`` (``{"methods": {method: summary}}``).
-SUMMARY_METRICS = ("n", "em", "cem", "f1", "searches", "tokens", "seconds", "valid_actions", "answered", "format_ok")
+SUMMARY_METRICS = ("n", "em", "cem", "f1", "n_searches", "tokens", "seconds", "valid_actions", "answered", "format_ok")
 #: Files a run of each kind is expected to have (a missing one is reported in ``error``).
 EXPECTED_FILES = {"eval": (TRAJECTORIES, METRICS), "train": (STEP_METRICS,)}
 
 RUNS_COLUMNS = [
     "run_id", "kind", "status", "error", "created", "model", "dataset", "corpus_setting", "methods", "n_trajectories",
-    "best_method", "em", "cem", "f1", "searches", "steps", "reward_mean",
+    "best_method", "em", "cem", "f1", "n_searches", "steps", "reward_mean",
 ]
 
 
@@ -200,7 +200,7 @@ def _query(runs_dir: str | os.PathLike, sql: str, columns: list[str], params: li
     return df
 
 
-_COUNT_COLUMNS = ["run_id", "n_trajectories", "n_methods", "methods", "searches", "answered", "f1"]
+_COUNT_COLUMNS = ["run_id", "n_trajectories", "n_methods", "methods", "n_searches", "answered", "f1"]
 
 
 def trajectory_counts(runs_dir: str | os.PathLike) -> pd.DataFrame:
@@ -210,14 +210,14 @@ def trajectory_counts(runs_dir: str | os.PathLike) -> pd.DataFrame:
         """
         SELECT run_id, count(*) AS n_trajectories, count(DISTINCT method) AS n_methods,
                string_agg(DISTINCT method, ', ' ORDER BY method) AS methods,
-               avg(n_searches) AS searches, avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered, avg(f1) AS f1
+               avg(n_searches) AS n_searches, avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered, avg(f1) AS f1
         FROM t GROUP BY run_id ORDER BY run_id DESC
         """,
         _COUNT_COLUMNS,
     )
 
 
-_METHOD_COLUMNS = ["run_id", "dataset", "method", "n", "em", "cem", "f1", "format_ok", "searches", "tokens", "answered"]
+_METHOD_COLUMNS = ["run_id", "dataset", "method", "n", "em", "cem", "f1", "format_ok", "n_searches", "tokens", "answered"]
 
 
 def method_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
@@ -227,7 +227,7 @@ def method_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
         """
         SELECT run_id, COALESCE(dataset, '?') AS dataset, method, count(*) AS n,
                avg(em) AS em, avg(cem) AS cem, avg(f1) AS f1, avg(format_ok) AS format_ok,
-               avg(n_searches) AS searches, avg(n_policy_tokens) AS tokens,
+               avg(n_searches) AS n_searches, avg(n_policy_tokens) AS tokens,
                avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered
         FROM t GROUP BY ALL ORDER BY run_id DESC, dataset, method
         """,
@@ -235,7 +235,7 @@ def method_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
     )
 
 
-_HOP_COLUMNS = ["run_id", "method", "hops", "n", "em", "cem", "f1", "searches"]
+_HOP_COLUMNS = ["run_id", "method", "hops", "n", "em", "cem", "f1", "n_searches"]
 
 
 def hop_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
@@ -244,14 +244,14 @@ def hop_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
         runs_dir,
         """
         SELECT run_id, method, hops, count(*) AS n, avg(em) AS em, avg(cem) AS cem, avg(f1) AS f1,
-               avg(n_searches) AS searches
+               avg(n_searches) AS n_searches
         FROM t WHERE hops IS NOT NULL GROUP BY ALL ORDER BY run_id DESC, method, hops
         """,
         _HOP_COLUMNS,
     )
 
 
-_PROTOCOL_COLUMNS = ["protocol", "runs", "n", "em", "f1", "format_ok", "searches", "invalid", "answered", "finished_by_answer"]
+_PROTOCOL_COLUMNS = ["protocol", "runs", "n", "em", "f1", "format_ok", "n_searches", "invalid", "answered", "finished_by_answer"]
 
 
 def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
@@ -260,7 +260,7 @@ def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
         runs_dir,
         """
         SELECT protocol, count(DISTINCT run_id) AS runs, count(*) AS n, avg(em) AS em, avg(f1) AS f1,
-               avg(format_ok) AS format_ok, avg(n_searches) AS searches, avg(n_invalid) AS invalid,
+               avg(format_ok) AS format_ok, avg(n_searches) AS n_searches, avg(n_invalid) AS invalid,
                avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered,
                avg(CAST(finish_reason = 'answer' AS DOUBLE)) AS finished_by_answer
         FROM t GROUP BY protocol ORDER BY protocol
@@ -362,6 +362,11 @@ def curve_metrics(curves: pd.DataFrame) -> list[str]:
     return sorted(names, key=lambda m: (m != "reward_mean", m))
 
 
+def _summary_value(summary: dict[str, Any], key: str) -> Any:
+    """``summary[key]``; an eval run written before ``n_searches`` had its one name calls it ``searches``."""
+    return summary.get(key, summary.get("searches")) if key == "n_searches" else summary.get(key)
+
+
 def summary_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
     """The per-method summaries of eval runs' ``metrics.json``: run_id, dataset, method, n, em, cem, f1, ..."""
     rows = []
@@ -376,14 +381,14 @@ def summary_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
         for method, s in methods.items():
             if isinstance(s, dict):
                 rows.append({"run_id": d.name, "dataset": cfg.get("dataset", "?"), "method": method,
-                             **{k: _number(s.get(k)) for k in SUMMARY_METRICS}})
+                             **{k: _number(_summary_value(s, k)) for k in SUMMARY_METRICS}})
     return pd.DataFrame(rows, columns=["run_id", "dataset", "method", *SUMMARY_METRICS])
 
 
 def runs_table(runs_dir: str | os.PathLike) -> pd.DataFrame:
     """One row per run: kind, created, model, dataset, methods, trajectory count, main metrics, error.
 
-    Main metrics: for eval runs, em/cem/f1/searches of the method with the best F1 in
+    Main metrics: for eval runs, em/cem/f1/n_searches of the method with the best F1 in
     ``metrics.json`` (``best_method``); for training runs, steps and the last ``reward_mean``
     of ``metrics.jsonl``. ``error`` lists unreadable or missing files ("" when none).
     """
@@ -396,7 +401,7 @@ def runs_table(runs_dir: str | os.PathLike) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=RUNS_COLUMNS)
     for c in ("n_trajectories", "steps"):
         df[c] = df[c].astype("Int64")
-    for c in ("em", "cem", "f1", "searches", "reward_mean"):
+    for c in ("em", "cem", "f1", "n_searches", "reward_mean"):
         df[c] = df[c].astype("float64")
     return df
 
@@ -444,8 +449,8 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path |
                 best = max(summaries, key=lambda m: _number(summaries[m].get("f1")) or 0.0)
                 row["best_method"] = best
                 row["methods"] = ", ".join(summaries)
-                for k in ("em", "cem", "f1", "searches"):
-                    row[k] = _number(summaries[best].get(k))
+                for k in ("em", "cem", "f1", "n_searches"):
+                    row[k] = _number(_summary_value(summaries[best], k))
         except (OSError, ValueError, AttributeError) as e:
             errors.append(f"{METRICS}: {type(e).__name__}: {e}")
     if (d / STEP_METRICS).exists():

@@ -1,7 +1,7 @@
 """Header tooltips of the dashboard's tables: what each column means.
 
 A column read from a run file shows its meaning from the one schema (``workbench.schema``, what
-``workbench schema`` prints); the dashboard's own aggregates (``searches``, ``failed``...) are described here.
+``workbench schema`` prints); the dashboard's own aggregates (``failed``, ``tokens``...) are described here.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ COLUMN_TIPS = {
     "n_trajectories": "trajectories in trajectories.parquet",
     "failed": "trajectories whose tool, backend, judge or evidence call failed (their reward is NaN); "
               "empty: no features.parquet with failure columns",
-    "best_method": "the method with the best mean F1 (metrics.json); em, cem, f1, searches are its means",
+    "best_method": "the method with the best mean F1 (metrics.json); em, cem, f1, n_searches are its means",
     "steps": "training steps logged in metrics.jsonl",
     "reward_mean": "mean reward of the last training step",
     "n": "trajectories in the group",
     "runs": "runs with trajectories of this protocol",
-    "searches": "mean n_searches: search actions executed per trajectory",
     "tokens": "mean n_policy_tokens: tokens the policy sampled per trajectory",
     "invalid": "mean n_invalid: invalid actions per trajectory",
     "finished_by_answer": "share of trajectories that ended with an answer (finish_reason = answer)",
     "row": "position of the trajectory in trajectories.parquet",
 }
-MEAN_COLUMNS = ("em", "cem", "f1", "format_ok", "answered")
+MEAN_COLUMNS = ("em", "cem", "f1", "format_ok", "answered", "n_searches")
 
 
 def column_tooltips(columns: list[str], means: bool = False) -> dict[str, str]:

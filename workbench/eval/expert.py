@@ -6,6 +6,7 @@ from typing import Any
 
 from workbench.eval.runner import EvalResult, score, summarize, write_eval_run
 from workbench.protocols.base import Protocol
+from workbench.rewards.features import compute_features
 from workbench.rl.expert import ExpertResult
 from workbench.runs import Run
 
@@ -15,10 +16,12 @@ def write_expert_run(result: ExpertResult, method: str, protocol: Protocol, out:
     """An eval-style run of the expert trajectories (inspector and dashboard read it like any run):
     ``trajectories.parquet``, ``examples.jsonl``, ``metrics.json`` (with ``expert``: the yield per hop
     count and the dropped questions' reasons), ``features.parquet``, ``config.json`` (``kind: expert``)."""
-    rows = score(result.trajectories, result.examples)
+    feats = compute_features(result.trajectories, result.examples, encoder=False, cache=False)
+    rows = score(result.trajectories, result.examples, feats)
     summary = summarize(rows)
     summary["wall_seconds"] = result.seconds
-    er = EvalResult(method, result.trajectories, rows, summary, result.seconds, {"protocol": protocol.config()})
+    er = EvalResult(method, result.trajectories, rows, summary, result.seconds, {"protocol": protocol.config()},
+                    features=feats)
     run = Run.create(out, kind="expert", name=name or f"expert-{method}-{split}",
                      config={"method": method, "split": split, "model": "expert", "source": "expert",
                              "protocol_config": protocol.config(), **(config or {})})

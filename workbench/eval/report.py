@@ -57,7 +57,7 @@ def overview_metrics(df: pd.DataFrame) -> dict[str, Any]:
     for method, g in df.groupby("method"):
         for c in [c for c in METRIC_COLUMNS if c in g]:
             metrics[f"{method}.{c}"] = float(g[c].mean())
-        metrics[f"{method}.searches"] = float(g["n_searches"].mean())
+        metrics[f"{method}.n_searches"] = float(g["n_searches"].mean())
         metrics[f"{method}.search_share"] = float((g["n_searches"] > 0).mean())
     return metrics
 

@@ -12,7 +12,7 @@ Two levels:
 
 ``metrics.json`` of an eval run::
 
-    {"methods": {method: {n, em, cem, cem_strict, f1, multi_option, demo_leak, searches, tokens, seconds,
+    {"methods": {method: {n, em, cem, cem_strict, f1, multi_option, demo_leak, n_searches, tokens, seconds,
                           tool_seconds, valid_actions, answered, format_ok, wall_seconds,
                           wall_seconds_per_answer, tool_share, by_hops: {hops: {n, em, cem, f1, ...}}}},
      "n_examples", "n_trajectories", "rollout_seconds", "tool_seconds", "tool_share", "timings"}
@@ -60,7 +60,7 @@ SUMMARY_COLUMNS = {
     "cem": "cover-EM",
     "cem_strict": "cover-EM strict",
     "f1": "F1",
-    "searches": "searches",
+    "n_searches": "searches",
     "tokens": "tokens/answer",
     "wall_seconds_per_answer": "s/answer",
     "seconds": "latency s",
@@ -85,6 +85,9 @@ class EvalResult:
     config: dict[str, Any] = field(default_factory=dict)
     rubric: Any = None
     """The method's reward rubric (scored beside its rows in ``features.parquet``); None: no reward."""
+    features: pd.DataFrame | None = None
+    """The trajectories' features (no embeddings): the rows' answer outcomes were read from them, and
+    ``features.parquet`` is written from them."""
 
     @property
     def tool_seconds(self) -> float:
@@ -136,13 +139,16 @@ def evaluate(
     for t in trajs:  # one run holds several methods: ids and groups are per method
         t.id, t.group_id = f"{label}:{t.id}", f"{label}:{t.group_id}"
     secs = time.perf_counter() - t0
-    rows = score(trajs, examples)
+    from workbench.rewards.features import compute_features
+
+    feats = compute_features(trajs, examples, encoder=False, cache=False)  # once: the tables and the rewards read it
+    rows = score(trajs, examples, feats)
     summary = summarize(rows)
     summary["wall_seconds"] = secs
     summary["wall_seconds_per_answer"] = secs / len(trajs) if trajs else float("nan")
     summary["tool_share"] = sum(t.tool_latency_s for t in trajs) / secs if secs > 0 else 0.0
     return EvalResult(label, trajs, rows, summary, secs, {"protocol": protocol.config(), "rollout": cfg.to_dict()},
-                      rubric)
+                      rubric, feats)
 
 
 def write_eval_run(
@@ -168,7 +174,9 @@ def write_eval_run(
         from workbench.rewards.run_rewards import add_rewards
 
         t0 = time.perf_counter()
-        feats = compute_features(trajs, examples, encoder=False, cache=False)
+        parts = [r.features if r.features is not None else compute_features(r.trajectories, examples, encoder=False,
+                                                                             cache=False) for r in results]
+        feats = pd.concat(parts, ignore_index=True) if parts else compute_features([], examples, encoder=False)
         save_features(run, add_rewards(feats, [r.rubric for r in results for _ in r.trajectories]), FEATURES_FILE)
         timings["features_s"] = time.perf_counter() - t0
     rollout_s = sum(r.seconds for r in results)
@@ -222,7 +230,7 @@ def format_table(results_or_metrics: Any, by_hops: bool = False) -> str:
     df = metrics_table(results_or_metrics, by_hops=by_hops)
     first = ["method", "hops"] if by_hops else ["method"]
     head = first + list(SUMMARY_COLUMNS.values())
-    fmt = {"em": ".3f", "cem": ".3f", "cem_strict": ".3f", "f1": ".3f", "searches": ".2f", "tokens": ".1f",
+    fmt = {"em": ".3f", "cem": ".3f", "cem_strict": ".3f", "f1": ".3f", "n_searches": ".2f", "tokens": ".1f",
            "seconds": ".2f", "wall_seconds_per_answer": ".2f", "format_ok": ".2f", "valid_actions": ".2f", "answered": ".2f", "demo_leak": ".2f"}
     body = []
     for key, row in df.iterrows():
@@ -248,7 +256,7 @@ def flat_metrics(metrics: dict[str, Any] | Run) -> dict[str, Any]:
         metrics = metrics.metrics()
     out: dict[str, Any] = {"n_trajectories": metrics.get("n_trajectories"), "tool_share": metrics.get("tool_share")}
     for method, s in (metrics.get("methods") or {}).items():
-        for k in ("n", "em", "cem", "cem_strict", "f1", "searches", "tokens", "format_ok", "answered", "demo_leak"):
+        for k in ("n", "em", "cem", "cem_strict", "f1", "n_searches", "tokens", "format_ok", "answered", "demo_leak"):
             out[f"{method}.{k}"] = s.get(k)
     return out
 

@@ -269,7 +269,6 @@ register_column("em", "float", "exact match; max over gold aliases (NaN without 
 register_column(
     "cem", "float", "cover-EM (= subEM = acc): a gold alias occurs in the answer; max over aliases (NaN without gold)"
 )
-register_column("sub_em", "float", "the same column as cem under DSPO's name")
 register_column("f1", "float", "token F1 with the yes/no rule; max over gold aliases (NaN without gold)")
 register_column("L_pred", "count", "word count (normalized) of the answer")
 register_column(
@@ -346,7 +345,7 @@ register_column(
 )
 register_column("failed_evidence", "bool", "1 if the evidence model's call failed (evidence_f1 NaN)")
 register_column("failure", "str", 'what failed: one line "<component> failed: <error>" per failure; None if nothing')
-# issue 13: how recall was matched, and answers that game cover-EM or copy the prompt (after the columns above)
+# how recall was matched, and answers that game cover-EM or copy the prompt (after the columns above)
 register_column(
     "recall_by",
     "str",

@@ -22,7 +22,7 @@ from workbench.rewards.rubric import Columns, nan_where
 METRIC_COLUMNS = {
     "em": "em",
     "cem": "cem",
-    "sub_em": "cem",
+    "sub_em": "cem",  # DSPO's name for cover-EM: the same column
     "f1": "f1",
     "judge": "judge_yesno",
     "judge_yesno": "judge_yesno",

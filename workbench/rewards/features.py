@@ -343,7 +343,7 @@ def _cheap(r: _Row) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": t.id, "example_id": t.example_id, "group_id": t.group_id or t.example_id, "sample_idx": int(t.sample_idx),
         "protocol": t.protocol, "answer": t.answer,
-        "has_gold": float(has_gold), "em": em, "cem": cem, "sub_em": cem, "f1": f1,
+        "has_gold": float(has_gold), "em": em, "cem": cem, "f1": f1,
         "L_pred": float(word_count(t.answer)), "L_gt": L_gt,
         "n_searches": float(t.n_searches), "hops": r.hops, "n_invalid": float(n_invalid),
         "answered": float(bool(answered)),

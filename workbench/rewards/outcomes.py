@@ -1,5 +1,5 @@
 """What each answer scored and what it cost: one row per trajectory (answer metrics against the gold answers,
-answer checks, searches, tokens, seconds, format flags) and their means per method and hop count.
+answer checks, the number of searches, tokens, seconds, format flags) and their means per method and hop count.
 
 The eval tables (``workbench eval``'s ``metrics.json``), the expert-trace yield and SFT's held-out breakdown read
 these rows.
@@ -10,63 +10,72 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from workbench.data.example import Example
-from workbench.rewards.metrics import answer_metrics
 from workbench.trajectory import Trajectory
 
 #: Means computed per method and per hop count.
-MEAN_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "searches", "tokens", "seconds",
+MEAN_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "n_searches", "tokens", "seconds",
              "tool_seconds", "valid_actions", "answered", "format_ok")
 
 #: Outcome columns of a row: NaN for a trajectory whose backend or a tool failed (it is not scored as an answer).
 OUTCOME_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "valid_actions", "answered", "format_ok")
 
 
-def score(trajs: list[Trajectory], examples: list[Example]) -> list[dict[str, Any]]:
-    """One row per trajectory: answer metrics against the example's gold answers, plus counts.
+def score(trajs: list[Trajectory], examples: list[Example], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """One row per trajectory: its answer's outcome, read from the features table (``features``, one row per
+    trajectory by ``id``; computed here without embeddings when not given), and its costs from the trajectory.
 
-    A question without gold answers has NaN ``em``/``cem``/``f1`` (``has_gold`` 0). A trajectory
-    whose policy backend or a tool failed has NaN in every ``OUTCOME_KEYS`` column and says what
-    failed in ``failure`` (as the features table does); costs (searches, tokens, seconds) are kept.
+    The answer metrics (``em``, ``cem``, ``f1``), the answer checks (``multi_option``, ``demo_leak``), ``answered``
+    and ``format_ok`` are the features' own: one computation, read by the eval tables and the rewards alike. A question
+    without gold answers has NaN ``em``/``cem``/``f1`` (``has_gold`` 0). A trajectory whose policy backend or a tool
+    failed has NaN in every ``OUTCOME_KEYS`` column and says what failed in ``failure``; its costs (searches, tokens,
+    seconds) are kept.
     """
-    from workbench.rewards.features import trajectory_failures
-    from workbench.rewards.metrics import demo_leak, in_context_answers, multi_option
+    if features is None:
+        from workbench.rewards.features import compute_features
 
+        features = compute_features(trajs, examples, encoder=False, cache=False)
     by_id = {e.id: e for e in examples}
+    feats = features.set_index("id")
     rows = []
     for t in trajs:
         ex = by_id.get(t.example_id)
-        golds = [a for a in (ex.answers if ex else []) if a is not None]
+        f = feats.loc[t.id]
         n_actions = len(t.actions)
-        failures = trajectory_failures(t)
-        metrics = answer_metrics(t.answer, golds)
-        multi = multi_option(t.answer, t.question, golds)
+        failure = f["failure"] if isinstance(f["failure"], str) and f["failure"] else None
+        cem, multi = float(f["cem"]), float(f["multi_option"])
         row = {
             "id": t.id,
             "example_id": t.example_id,
             "protocol": t.protocol,
             "hops": ex.hops if ex else None,
             "qtype": ex.qtype if ex else None,
-            "has_gold": float(bool(golds)),
-            **metrics,
-            "cem_strict": metrics["cem"] * (1.0 - multi),  # NaN without gold, like cem
+            "has_gold": float(f["has_gold"]),
+            "em": float(f["em"]), "cem": cem, "f1": float(f["f1"]),
+            "cem_strict": cem * (1.0 - multi),  # NaN without gold, like cem
             "multi_option": multi,
-            "demo_leak": demo_leak(t.answer, in_context_answers(t.prompt_text), golds),
-            "searches": t.n_searches,
+            "demo_leak": _float(f["demo_leak"]),
+            "n_searches": t.n_searches,
             "tokens": t.n_policy_tokens,
             "seconds": t.latency_s,
             "tool_seconds": t.tool_latency_s,
             "valid_actions": (n_actions - t.n_invalid) / n_actions if n_actions else 0.0,
-            "answered": float(t.answer is not None),
-            "format_ok": float(bool(t.flags.get("format_ok"))),
+            "answered": _float(f["answered"]),
+            "format_ok": _float(f["format_ok"]),
             "finish_reason": t.finish_reason,
-            "failure": "\n".join(failures) or None,
+            "failure": failure,
         }
-        if failures:
+        if failure:
             row.update(dict.fromkeys(OUTCOME_KEYS, float("nan")))
         rows.append(row)
     return rows
+
+
+def _float(v: Any) -> float:
+    """A flag or number as float (a missing one as NaN)."""
+    return float("nan") if v is None or pd.isna(v) else float(v)
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Inputs are ``rewards`` ``(N,)`` (one per trajectory) and ``group_ids`` (one per 
 strings such as ``Trajectory.group_id``, or an integer tensor); outputs are ``(N,)`` float32.
 Members of a group need not be contiguous.
 
-- **Failed rewards.** A NaN reward (a failed judge, tool or backend, issue 12) is excluded from
+- **Failed rewards.** A NaN reward (a failed judge, tool or backend) is excluded from
   its group's statistics (and the batch's) and gets advantage 0; ``±inf`` is an error.
 - **Standard deviations** are **population** standard deviations by default (``std="population"``,
   divide by G): the std of the group's rewards as they are. TRL and verl use ``torch.std``

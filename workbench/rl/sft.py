@@ -336,7 +336,7 @@ def eval_by_hops(path: str | os.PathLike, examples: Sequence[Example]) -> dict[s
     from workbench.rewards.outcomes import score, summarize
 
     s = summarize(score(load_trajectories(path), list(examples)))
-    by = {h: {k: v for k, v in m.items() if k in ("n", "em", "cem", "f1", "format_ok", "answered", "searches")}
+    by = {h: {k: v for k, v in m.items() if k in ("n", "em", "cem", "f1", "format_ok", "answered", "n_searches")}
           for h, m in s.pop("by_hops").items()}
-    by["all"] = {k: v for k, v in s.items() if k in ("n", "em", "cem", "f1", "format_ok", "answered", "searches")}
+    by["all"] = {k: v for k, v in s.items() if k in ("n", "em", "cem", "f1", "format_ok", "answered", "n_searches")}
     return by

@@ -184,7 +184,7 @@ def run_update(trainer: Any, batch: RLBatch, step: int) -> dict[str, float]:
                     tis["clipped"] += float((is_w[m] >= cfg.tis_cap).sum())
                     tis["n"] += float(m.sum())
                 loss, st = policy_loss(logp, old, micro.ref_logprobs, micro.advantages, micro.loss_mask, lc,
-                                       mb.global_tokens, n_seqs, step=step - 1,  # β by training step (0-based), issue 14
+                                       mb.global_tokens, n_seqs, step=step - 1,  # β by training step (0-based)
                                        is_weights=is_w)
                 loss.backward()
                 merge_micro_stats(sums, st)
@@ -207,7 +207,7 @@ def run_update(trainer: Any, batch: RLBatch, step: int) -> dict[str, float]:
         out.update(rollout_logprob_diff=mismatch["diff"] / n, rollout_logprob_diff_max=mismatch["diff_max"],
                    rollout_ratio_mean=mismatch["ratio"] / n)
         if not on_policy:
-            out["sampler_logprob_gap"] = out["rollout_logprob_diff"]  # the name before issue 15
+            out["sampler_logprob_gap"] = out["rollout_logprob_diff"]  # its earlier name, kept for old notebooks
     if cfg.tis_cap is not None:
         out["tis_clip_frac"] = tis["clipped"] / max(1.0, tis["n"])
     out.update(trained_tokens=float(work.trained), update_flops=work.flops,

@@ -248,10 +248,11 @@ def _write_step_metrics(run: Run, trajs: list[Any], rows: list[dict[str, Any]], 
             scores = np.array([trajs[i].meta["verl_score"] for i in idx if trajs[i].meta["verl_score"] is not None])
             if scores.size:
                 row[f"{prefix}reward_mean"], row[f"{prefix}reward_std"] = float(scores.mean()), float(scores.std())
-            for k in ("em", "cem", "f1", "searches"):
+            # the step-row names our trainer logs (searches_mean: the mean of n_searches)
+            for k, name in (("em", "em"), ("cem", "cem"), ("f1", "f1"), ("n_searches", "searches_mean")):
                 vals = np.array([rows[i][k] for i in idx if rows[i][k] is not None], dtype=np.float64)
                 vals = vals[~np.isnan(vals)]
                 if vals.size:
-                    row[f"{prefix}{k}"] = float(vals.mean())
+                    row[f"{prefix}{name}"] = float(vals.mean())
     for step in sorted(per):
         run.append_step_metrics({"step": step, **per[step]})

@@ -13,7 +13,7 @@ SYSTEM_PROMPT = (
 )
 
 # Tags in invalid-action messages are written as empty pairs (<answer></answer>): a policy that
-# echoes the message must not produce an action (issue 12).
+# echoes the message must not produce an action.
 INVALID_MESSAGE = "\nPlease give the final answer inside <answer></answer>.\n"
 
 DEMO = {

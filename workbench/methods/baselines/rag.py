@@ -39,9 +39,9 @@ _RAG_SYSTEM = (
     "without detailed illustrations. For example, <answer> Beijing </answer>."
 )
 # Tags in invalid-action messages are written as empty pairs (<answer></answer>): a policy that
-# echoes the message must not produce an action (issue 12).
+# echoes the message must not produce an action.
 INVALID_MESSAGE = "\nPlease give the final answer inside <answer></answer>.\n"
-# Two demonstrations with different answers (issue 13): with one ("Ira Velt") the 135M default model answered
+# Two demonstrations with different answers: with one ("Ira Velt") the 135M default model answered
 # with it in 20 of 80 real questions. A second answer makes no single string the "usual" answer, and the
 # comparison demonstration answers with one option only (cover-EM credits "X or Y"; see ``cem_strict``). The
 # names are fictional and checked by ``demo_leak`` (an answer that contains one is flagged and counted).

@@ -64,7 +64,7 @@ SYSTEM_PROMPT = (
 )
 
 # The paper gives no message for an invalid action; this one follows Search-R1's wording. Its tags are
-# empty pairs, so a policy that echoes it writes no action (issue 12).
+# empty pairs, so a policy that echoes it writes no action.
 INVALID_MESSAGE = (
     "\nMy previous action is invalid{why}. If I want to search, I should put a JSON request like "
     '{{"query": "...", "entity": ["..."], "relation": ["..."]}} inside <search></search>. If I want to give '

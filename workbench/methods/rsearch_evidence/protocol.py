@@ -42,7 +42,7 @@ SYSTEM_PROMPT = (
 
 # The paper says invalid actions get a fixed message but does not print it; these words are ours,
 # modelled on Search-R1's (which R-Search's rollout code builds on).
-# Tags are written as empty pairs, so that a policy echoing the message writes no action (issue 12).
+# Tags are written as empty pairs, so that a policy echoing the message writes no action.
 INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to search, I should put the query inside <search></search>. "
     "If I know the final answer, I should put the supporting evidence inside "

@@ -38,7 +38,7 @@ SYSTEM_PROMPT = (
 )
 
 # Search-R1's message, with its tags written as empty pairs ("between <search> and </search>" parsed as a
-# search for "and" when a policy echoed it; issue 12).
+# search for "and" when a policy echoed it).
 INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I want to search, I should put the query inside <{s}></{s}>. "
     "If I want to give the final answer, I should put the answer inside <answer></answer>. Let me try again.\n"

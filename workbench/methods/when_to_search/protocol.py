@@ -40,7 +40,7 @@ SYSTEM_PROMPT = (
 )
 
 # The paper prints no invalid-action message; these words are ours.
-# Tags are written as empty pairs, so that a policy echoing the message writes no action (issue 12).
+# Tags are written as empty pairs, so that a policy echoing the message writes no action.
 INVALID_MESSAGE = (
     "\nMy previous action is invalid. If I need to search, I should put a brief keyword query inside "
     "<search></search>. If I can answer, I should reflect inside <reflect></reflect> and then put the answer "

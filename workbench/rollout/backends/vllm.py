@@ -1,6 +1,6 @@
 """vLLM offline backend: ``vllm.LLM`` generating from token ids, returning the sampled ids and logprobs.
 
-API followed (read 2026-11-22): the vLLM docs pages "LLM Class", "LLM Inputs" and "Sampling
+API followed: the vLLM docs pages "LLM Class", "LLM Inputs" and "Sampling
 Parameters" (docs.vllm.ai, v0.8.3 API reference), the LoRA examples under docs.vllm.ai/en/latest
 (``examples/features/lora``), and on vLLM's ``main`` branch ``vllm/entrypoints/llm.py``,
 ``vllm/outputs.py``, ``vllm/logprobs.py`` and ``vllm/inputs/__init__.py``; the names used here are
@@ -19,7 +19,7 @@ the same in all of them:
   that caused the completion to stop, None if ... the EOS token");
 - ``vllm.lora.request.LoRARequest(lora_name, lora_int_id, lora_path)``; vLLM caches adapters by
   id ("lora_int_id must be globally unique for a given adapter"), so new weights need a new id;
-- sleep mode (docs.vllm.ai "Sleep Mode", read 2026-11-24): ``LLM(..., enable_sleep_mode=True)``, then
+- sleep mode (docs.vllm.ai "Sleep Mode"): ``LLM(..., enable_sleep_mode=True)``, then
   ``LLM.sleep(level=1)`` "offloads the model weights and discards the KV cache" (the weights are backed up
   in CPU memory) and ``LLM.wake_up()`` restores them. Level 1 is the one for LoRA training: the base
   weights never change, so they come back as they were; level 2 discards them (for engines whose full
