@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.eval.config import TRAINED
+from workbench.eval.config import EvalEntry
 from workbench.eval.runner import metrics_table, run_eval
 from workbench.paths import repo_root
 from workbench.runs import Run
@@ -129,6 +129,7 @@ def run_demo(
     max_new_tokens: int = 80,
     notebooks: bool = True,
     group_size: int = 3,
+    rollout_engine: str = "auto",
 ) -> Run:
     """The demo evaluation, then (with ``notebooks``) the notebooks and the static dashboard.
 
@@ -137,7 +138,7 @@ def run_demo(
     groups of 4 took 11:45 with 1 thread; 64 tokens a turn left the adapter's agent unanswered in 39% of samples).
     Temperature 0.4: the samples of a group still differ, and the untrained DynaSearcher follows its demonstrated
     JSON search often enough to give the KG explorer hits (18 samples: 7 searches with entities at 0.4, 1 at 0.7;
-    at 1.0 it rambled)."""
+    at 1.0 it rambled). ``rollout_engine``: ``workbench eval --rollout-engine`` (``fp32`` forces the exact path)."""
     if limit < 1:
         raise ValueError(f"--limit must be >= 1, got {limit}")
     if group_size > 1 and temperature <= 0:
@@ -145,7 +146,7 @@ def run_demo(
     t_start = time.perf_counter()
     methods, adapter = list(DEMO_METHODS), adapter_for(model)
     if adapter is None:
-        methods = [m for m in methods if not m.endswith(TRAINED)]
+        methods = [m for m in methods if not EvalEntry.parse(m).trained]
     _say(f"[1/3] evaluating {limit} dev questions of the synthetic world x {group_size} samples (temperature "
          f"{temperature:g}): {', '.join(methods)}")
     if adapter is not None:
@@ -155,7 +156,7 @@ def run_demo(
         methods, "world", model, out=out, name="demo", limit=limit, split="dev", retriever="bm25",
         group_size=group_size, temperature=temperature, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed,
         device=device, log=lambda m: _say("      " + m), adapter=str(adapter) if adapter else None,
-        protocol_kwargs=dict(DEMO_PROTOCOL_KWARGS), batch_mib=DEMO_BATCH_MIB,
+        protocol_kwargs=dict(DEMO_PROTOCOL_KWARGS), batch_mib=DEMO_BATCH_MIB, rollout_engine=rollout_engine,
     )
     metrics = run.metrics()
     timings: dict[str, float] = dict(metrics.get("timings") or {})

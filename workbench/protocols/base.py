@@ -498,6 +498,14 @@ class Protocol:
         """Execute a search action (or answer an invalid one) and render the observation."""
         raise NotImplementedError
 
+    def search_observation(self, action: Action, toolbox: Toolbox) -> Observation:
+        """The ``act`` of a passage-search grammar: the action's query through the ``search`` tool with ``top_k``,
+        the hits (or what failed) rendered by ``self.render``; any other action gets the invalid-action message."""
+        if action.kind != SEARCH:
+            return self.invalid_observation(action)
+        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
+        return Observation(self.render(call.hits() if call.ok else failure_text(call)), [call])
+
     def invalid_observation(self, action: Action) -> Observation:
         raise NotImplementedError
 

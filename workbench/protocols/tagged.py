@@ -28,13 +28,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.protocols.base import (
-    SEARCH,
     Action,
     Block,
     Markers,
     Observation,
     Protocol,
-    failure_text,
     format_errors,
     parse_tag_action,
     policy_blocks,
@@ -136,10 +134,7 @@ class PassageSearchProtocol(TaggedProtocol):
             cls.observation_tags = (cls.observation_tag,)
 
     def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
-        if action.kind != SEARCH:
-            return self.invalid_observation(action)
-        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
-        return Observation(self.render(call.hits() if call.ok else failure_text(call)), [call])
+        return self.search_observation(action, toolbox)
 
     def render(self, hits: list[Hit] | str) -> str:
         """Passages (or a message) wrapped in ``observation_tag``, capped at ``max_obs_chars``."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Observation, Protocol, failure_text
+from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Observation, Protocol
 from workbench.tools.base import Hit, Toolbox, clean_text
 
 BEGIN_QUERY, END_QUERY = "<|begin_of_query|>", "<|end_of_query|>"
@@ -79,10 +79,7 @@ class R1Searcher(Protocol):
         return Action(INVALID, reason="no query and no <answer> in the turn")
 
     def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
-        if action.kind != SEARCH:
-            return self.invalid_observation(action)
-        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
-        return Observation(self.render(call.hits() if call.ok else failure_text(call)), [call])
+        return self.search_observation(action, toolbox)
 
     def render(self, hits: list[Hit] | str) -> str:
         """``(1)Title: t Text: x`` lines in the document block ("None" when nothing came back)."""

@@ -31,7 +31,6 @@ from workbench.protocols.base import (
     Observation,
     Protocol,
     extract_boxed,
-    failure_text,
     format_errors,
     strip_tags,
 )
@@ -174,10 +173,7 @@ class ReSearch(Protocol):
         return "" if boxed is None else strip_tags(boxed, "answer")
 
     def act(self, action: Action, toolbox: Toolbox, example: Any) -> Observation:
-        if action.kind != SEARCH:
-            return self.invalid_observation(action)
-        call = toolbox.call("search", query=str(action.payload), k=self.top_k)
-        return Observation(self.render(call.hits() if call.ok else failure_text(call)), [call])
+        return self.search_observation(action, toolbox)
 
     def render(self, hits: list[Hit] | str) -> str:
         """`` <result>\\n"Title"\\ntext\\n\\n"Title"\\ntext\\n</result>``: the authors' layout (FlashRAG passages are
