@@ -29,6 +29,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-turns", type=int, default=d["max_turns"], help="policy turns per trajectory (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="tokens per turn (default: %(default)s)")
     p.add_argument("--no-notebooks", action="store_true", help="skip executing the notebooks and writing the static dashboard into the run")
+    p.add_argument("--rollout-engine", default=d["rollout_engine"], choices=("auto", "fp32", "int4"),
+                   help="fp32: the exact HF backend; int4: int4 decode / bf16 prefill; auto: int4 on a CPU with native bf16 (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
 
 
@@ -48,6 +50,7 @@ def demo(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         notebooks=not args.no_notebooks,
         group_size=args.group_size,
+        rollout_engine=args.rollout_engine,
     )
     return 0
 

@@ -185,12 +185,21 @@ class EvalConfig:
     into batches that fit (None: 256 MiB on a CPU, which keeps a real-data eval of the default model under 2 GB;
     larger batches are faster where memory allows; no limit on an accelerator)."""
 
+    rollout_engine: str = "auto"
+    """What generates the rollouts from a loaded model (``workbench.rollout.backends.quant``): ``fp32`` (the exact HF
+    backend), ``int4`` (int4 weights for decode steps, bf16 for prefill, the adapter unmerged; on a CPU), ``auto``
+    (``int4`` on a CPU with native bf16, else ``fp32``)."""
+
     allow_pickle_weights: bool = False
     """Load a model directory that has only pickle weights (``pytorch_model.bin``). Pickle files can run
     code when loaded: only for files you trust (default: safetensors only)."""
 
     def __post_init__(self) -> None:
         self.methods = parse_methods(self.methods)
+        from workbench.rollout.backends.quant import ENGINES
+
+        if self.rollout_engine not in ENGINES:
+            raise ValueError(f"unknown --rollout-engine {self.rollout_engine!r}; valid: {', '.join(ENGINES)}")
         if self.batch_mib is not None and self.batch_mib < 1:
             raise ValueError(f"batch_mib must be >= 1 (MiB of keys/values per generation batch), got {self.batch_mib}")
         if self.limit is not None and self.limit < 1:

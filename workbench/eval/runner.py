@@ -435,9 +435,10 @@ def run_eval(
         served = check_server(cfg.retrieval_url, {e.label: e.protocol.required_tools for e in runnable})
 
     t0 = time.perf_counter()
+    engine = None
     if backend is None:
         from workbench.models import load_policy
-        from workbench.rollout.backends.hf import HFBackend
+        from workbench.rollout.backends.quant import choose_engine, make_backend
 
         policy, tokenizer = load_policy(cfg.model, device=cfg.device, allow_pickle=cfg.allow_pickle_weights or None)
         n_params = sum(p.numel() for p in policy.parameters()) / 1e6
@@ -447,8 +448,9 @@ def run_eval(
 
             policy = attach_adapter(policy, cfg.adapter)
             what += f", LoRA adapter {resolve_adapter(cfg.adapter)} for the +lora methods"
-        backend = HFBackend(policy, tokenizer, batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
-        what += f", {backend.device})"
+        engine, why = choose_engine(cfg.rollout_engine, policy)
+        backend = make_backend(engine, policy, tokenizer, batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
+        what += f", {backend.device}; rollout engine {engine}: {why})"
     else:
         what = f"{model_name} (given backend)"
     timings["model_s"] = time.perf_counter() - t0
@@ -469,7 +471,7 @@ def run_eval(
     for e in runnable:
         rc = cfg.rollout_config(max_turns=1 if not e.protocol.required_tools else None)
         tb = toolboxes[tuple(sorted(e.protocol.required_tools))]
-        with adapter_state(getattr(backend, "model", None), e.trained):
+        with adapter_state(getattr(backend, "source", getattr(backend, "model", None)), e.trained):
             results.append(evaluate(e, data.examples, backend, tb, rc, progress=progress, meta={"model": model_name}))
         _say(log, f"       {e.label}: {results[-1].seconds:.1f}s")
     timings["eval_s"] = sum(r.seconds for r in results)
@@ -482,7 +484,7 @@ def run_eval(
                 "n_passages": len(data.passages or []),
                 **({"retrieval_server": {"url": cfg.retrieval_url, **{k: served.get(k) for k in ("passages", "retriever")}}}
                    if served is not None else {}),
-                "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict()},
+                "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict(), "rollout_engine": engine},
     )
     write_eval_run(run, results, data.examples, features=True, timings=timings)
     return run

@@ -1,7 +1,8 @@
 """Which engine generates the rollouts (``TrainConfig.rollout_backend``) and how it gets the current adapter.
 
-- ``hf``: :class:`~workbench.rollout.backends.hf.HFBackend` over the trained ``PeftModel`` itself: it
-  always samples from the current adapter, nothing to hand over.
+- ``hf``: :class:`~workbench.rollout.backends.hf.HFBackend` over the trained ``PeftModel`` itself, or (``rollout_engine``
+  int4 / auto on a CPU) :class:`~workbench.rollout.backends.quant.QuantBackend` over its int4 copy, which reads the
+  live LoRA weights: either way it samples from the current adapter, nothing to hand over.
 - ``openai``: any OpenAI-compatible server that loads LoRA adapters at run time — vLLM
   (``vllm serve MODEL --enable-lora --max-lora-rank R`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``) or
   ``python -m workbench.rollout.server --enable-lora``. Before a rollout with new weights the trainer saves
@@ -31,10 +32,11 @@ def make_rollout_backend(config: Any, policy: Any) -> Any:
     """The rollout backend ``config.rollout_backend`` names, for ``policy`` (a LoRAPolicy)."""
     kind = config.rollout_backend
     kw = dict(config.rollout_kwargs)
-    if kind == "hf":
-        from workbench.rollout.backends.hf import HFBackend
+    if kind == "hf":  # the trained model itself (fp32) or its int4 copy (config.rollout_engine)
+        from workbench.rollout.backends.quant import choose_engine, make_backend
 
-        return HFBackend(policy.model, policy.tokenizer, **kw)
+        engine, _ = choose_engine(config.rollout_engine, policy.model)
+        return make_backend(engine, policy.model, policy.tokenizer, **kw)
     if kind == "openai":
         from workbench.rollout.backends.openai import OpenAIBackend, RequestFailed
 
@@ -67,6 +69,8 @@ class AdapterSync:
     def __init__(self, backend: Any, policy: Any, directory: str | Path | None = None, keep: int = 2):
         self.backend, self.policy, self.keep = backend, policy, keep
         self.kind = getattr(backend, "name", "hf")
+        if self.kind == "int4":  # QuantBackend reads the live LoRA weights in process, as hf does: nothing to hand over
+            self.kind = "hf"
         self._tmp = None
         if directory is None and self.kind != "hf":
             self._tmp = tempfile.TemporaryDirectory(prefix="wb-adapters-")

@@ -145,6 +145,11 @@ class TrainConfig:
     --enable-lora, or ``python -m workbench.rollout.server --enable-lora``; the adapter is saved and loaded there
     whenever it changed), ``vllm`` (a colocated vllm.LLM with enable_lora, a new LoRARequest per adapter; needs
     CUDA; not yet run on hardware)."""
+    rollout_engine: str = "auto"
+    """How the ``hf`` rollout backend runs the policy (``workbench.rollout.backends.quant``): ``fp32`` (the trained
+    model itself, exact), ``int4`` (a copy with int4 weights for decode steps and bf16 for prefill, the live LoRA
+    unmerged; the update's logprobs stay fp32, ``rollout_logprob_diff`` logs the gap and ``tis_cap`` corrects it),
+    ``auto`` (``int4`` on a CPU with native bf16, else ``fp32``)."""
     server: str | None = None
     """Base URL of the rollout server for ``rollout_backend="openai"``, e.g. ``http://127.0.0.1:8000/v1``; the
     adapter directories it is asked to load must be readable there."""
@@ -207,6 +212,13 @@ class TrainConfig:
         if self.server and self.rollout_backend != "openai":
             raise bad("server", f"a server URL is only used with rollout_backend='openai' (got {self.rollout_backend!r}); "
                       "add --rollout-backend openai or drop --server")
+        from workbench.rollout.backends.quant import ENGINES
+
+        if self.rollout_engine not in ENGINES:
+            raise bad("rollout_engine", f"{self.rollout_engine!r} is not one of {ENGINES}")
+        if self.rollout_engine == "int4" and self.rollout_backend != "hf":
+            raise bad("rollout_engine", f"'int4' runs the in-process hf backend, not {self.rollout_backend!r}; "
+                      "drop --rollout-engine or use --rollout-backend hf")
         if self.micro_batching not in MICRO_BATCHING:
             raise bad("micro_batching", f"{self.micro_batching!r} is not one of {MICRO_BATCHING}")
         if self.gradient_checkpointing and self.micro_batching == "shared_prefix":

@@ -1,0 +1,235 @@
+"""The int4 rollout engine (``workbench.rollout.backends.quant``): the int4 packing against hand-built matrices,
+the engine's tokens and logprobs against the exact fp32 backend on the default model (with and without the shipped
+adapter), the engine choice and the flag that forces fp32, and a training step whose rollouts it generates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.rollout.backends import SamplingParams
+from workbench.rollout.backends.base import encode_chat
+from workbench.rollout.backends.hf import HFBackend
+from workbench.rollout.backends.quant import (
+    ENGINES,
+    Int4Weight,
+    QuantBackend,
+    QuantLinear,
+    choose_engine,
+    int4_groups,
+    int4_step_error,
+    make_backend,
+)
+
+pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
+                                reason="this torch has no CPU int4 kernel")
+
+ADAPTER = "data/adapters/search_r1-sft-grpo"
+GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)
+# Bounds on the greedy agreement with fp32 on 6 agent prompts (search_r1, chat observations, dev questions), with
+# margin under what was measured: the share of tokens before the first difference (adapter 1.00, base model 0.77: the
+# untrained model continues at near-ties, where any change of numerics picks the other token) and the mean |logprob
+# gap| over those tokens (bf16 activations, the head's two int4 levels: 0.002-0.015).
+AGREEMENT = {True: 0.9, False: 0.6}
+MEAN_LOGPROB_GAP = 0.05
+
+
+def on_grid(N: int, K: int, seed: int = 0) -> torch.Tensor:
+    """A matrix that is int4 in groups of 32 (Q4_1's layout: q * step + minimum, q in 0..15)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (N, K // 32, 32), generator=g).float()
+    q[..., 0], q[..., 1] = 0, 15  # each group spans its whole grid, as Q4_1's quantizer makes it
+    step = torch.rand(N, K // 32, 1, generator=g) * 0.01 + 1e-3
+    low = -torch.rand(N, K // 32, 1, generator=g) * 0.05
+    return (q * step + low).reshape(N, K)
+
+
+def test_int4_packing_reproduces_a_matrix_on_its_grid():
+    w = on_grid(64, 128)
+    q, step, low = int4_groups(w)
+    assert int(q.min()) == 0 and int(q.max()) == 15
+    assert int4_step_error(w) < 1e-3  # on the grid
+    assert 0.2 < int4_step_error(torch.randn(64, 128)) < 0.3  # a random matrix: uniform rounding, 1/4 step
+    x = torch.randn(3, 128)
+    y = Int4Weight.quantize(w).matmul(x)
+    ref = x @ w.T
+    # only the activations (bf16) and the kernel's bf16 scale/offset round: ~3 significant digits
+    assert torch.allclose(y, ref, rtol=0, atol=2e-2 * float(ref.abs().max()))
+
+
+def test_a_second_level_quantizes_the_residual():
+    w = torch.randn(64, 128) * 0.02
+    x = torch.randn(2, 128).bfloat16().float()  # exact in bf16: the weights' error only
+    ref = x @ w.T
+    errs = [float((Int4Weight.quantize(w, levels).matmul(x) - ref).abs().max()) for levels in (1, 2)]
+    assert errs[1] < errs[0] / 5
+
+
+def test_quant_linear_uses_int4_for_few_rows_and_bf16_for_many():
+    lin = torch.nn.Linear(64, 48, bias=True)
+    lin.weight.data = on_grid(48, 64, seed=1)
+    ql = QuantLinear(lin, decode_rows=4)
+    assert ql.levels == 1
+    for rows in (1, 4, 5, 40):  # int4 up to 4 rows, bf16 GEMM above: the same product either way
+        x = torch.randn(rows, 64)
+        assert torch.allclose(ql(x), lin(x), atol=2e-2)
+    assert not ql.stale
+    with torch.no_grad():
+        lin.weight.add_(1.0)  # the base weight changed in place after quantization
+    assert ql.stale
+
+
+@pytest.fixture(scope="module")
+def engines(policy, one_thread):
+    """fp32 and int4 backends over the default model with the shipped adapter attached (peft)."""
+    from workbench.eval.adapters import attach_adapter
+
+    model, tok = policy
+    peft_model = attach_adapter(model, ADAPTER)
+    yield peft_model, HFBackend(peft_model, tok), QuantBackend(peft_model, tok)
+    model = peft_model.unload()  # the session's model without the LoRA layers again
+
+
+def _prompts(tok) -> list[list[int]]:
+    """Turn 0 of the search agent on 6 dev questions of the world, as the eval and the demo build it."""
+    from workbench.data.world import load_world
+    from workbench.methods import get_protocol
+
+    protocol = get_protocol("search_r1", observation_mode="chat")
+    return [encode_chat(tok, protocol.messages(ex)) for ex in load_world().split("dev")[:6]]
+
+
+def _agreement(a, b) -> tuple[float, float]:
+    """Share of tokens the two runs' greedy continuations agree on (up to the first difference, over the longer
+    length), and the mean |logprob gap| over those common tokens."""
+    agree, total, gaps = 0, 0, []
+    for x, y in zip(a, b):
+        n = 0
+        while n < min(len(x.token_ids), len(y.token_ids)) and x.token_ids[n] == y.token_ids[n]:
+            n += 1
+        agree, total = agree + n, total + max(len(x.token_ids), len(y.token_ids))
+        gaps += [abs(p - q) for p, q in zip(x.logprobs[:n], y.logprobs[:n])]
+    return agree / max(1, total), float(np.mean(gaps))
+
+
+@pytest.mark.parametrize("trained", [False, True], ids=["base", "adapter"])
+def test_int4_tokens_and_logprobs_agree_with_fp32(engines, trained):
+    from workbench.eval.adapters import adapter_state
+
+    peft_model, fp32, int4 = engines
+    prompts = _prompts(fp32.tokenizer)
+    with adapter_state(peft_model, trained):
+        a, b = fp32.generate(prompts, GREEDY), int4.generate(prompts, GREEDY)
+    share, gap = _agreement(a, b)
+    assert share >= AGREEMENT[trained], (share, [fp32.tokenizer.decode(g.token_ids) for g in a + b])
+    assert gap < MEAN_LOGPROB_GAP
+    assert all(np.isfinite(g.logprobs).all() and max(g.logprobs) <= 0 for g in b)
+
+
+def test_the_adapter_is_applied_as_fp32_applies_it(engines):
+    """The adapter changes the int4 engine's continuations as it changes fp32's: with it, int4 follows fp32 with it;
+    without it, int4 follows fp32 without it; and the two differ."""
+    from workbench.eval.adapters import adapter_state
+
+    peft_model, fp32, int4 = engines
+    prompts = _prompts(fp32.tokenizer)
+    out = {}
+    for trained in (False, True):
+        with adapter_state(peft_model, trained):
+            out["fp32", trained] = [g.token_ids for g in fp32.generate(prompts, GREEDY)]
+            out["int4", trained] = [g.token_ids for g in int4.generate(prompts, GREEDY)]
+    assert out["fp32", True] != out["fp32", False]  # the adapter matters on these prompts
+    for trained in (False, True):
+        same = sum(x[:6] == y[:6] for x, y in zip(out["fp32", trained], out["int4", trained]))
+        other = sum(x[:6] == y[:6] for x, y in zip(out["fp32", not trained], out["int4", trained]))
+        assert same == len(prompts) and other == 0
+
+
+def test_shared_prompt_prefix_is_prefilled_once(engines):
+    """The agent prompts share the system prompt and the demonstration: prefilled once for the batch, the rest of
+    each prompt after it, with the same continuations as fp32's full prefills."""
+    _, fp32, int4 = engines
+    prompts = _prompts(fp32.tokenizer)
+    common = next(i for i in range(min(map(len, prompts))) if len({p[i] for p in prompts}) > 1)
+    int4.clear_cache()
+    before = int4.stats["shared_prefix_tokens"]
+    b = int4.generate(prompts, GREEDY)
+    assert int4.stats["shared_prefix_tokens"] - before == common * (len(prompts) - 1) and common > 200
+    assert _agreement(fp32.generate(prompts, GREEDY), b)[0] >= AGREEMENT[True]
+
+
+def test_engine_choice_and_the_flag_that_forces_fp32(policy):
+    model, tok = policy
+    assert ENGINES == ("auto", "fp32", "int4")
+    assert choose_engine("fp32", model)[0] == "fp32"
+    assert choose_engine("int4", model)[0] == "int4"
+    auto, why = choose_engine("auto", model)
+    assert auto in ("fp32", "int4") and why.startswith("auto")
+    assert type(make_backend("fp32", model, tok)) is HFBackend
+    with pytest.raises(ValueError, match="not one of"):
+        choose_engine("int8", model)
+    with pytest.raises(ValueError, match="resolve 'auto'"):
+        make_backend("auto", model, tok)
+
+
+def test_eval_records_and_obeys_the_engine_flag(tmp_path, one_thread):
+    from workbench.eval.config import EvalConfig
+    from workbench.eval.runner import run_eval
+
+    with pytest.raises(ValueError, match="--rollout-engine"):
+        EvalConfig(methods="direct", rollout_engine="int8")
+    runs = {}
+    for engine in ("fp32", "int4"):
+        run = run_eval("direct", "world", out=tmp_path, split="dev", limit=2, max_new_tokens=8, progress=False,
+                       log=None, rollout_engine=engine)
+        runs[engine] = run
+        assert run.config["rollout_engine"] == engine and run.config["eval"]["rollout_engine"] == engine
+    assert [len(r.trajectories()) for r in runs.values()] == [2, 2]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_cli_flags_reach_the_eval_and_the_demo(monkeypatch):
+    from workbench import cli
+
+    seen = {}
+
+    def record(*args, **kw):
+        seen.update(kw)
+        raise _Stop
+
+    import inspect
+
+    from workbench.demo import run_demo
+
+    record.__signature__ = inspect.signature(run_demo)  # the demo's flags take their defaults from it
+    monkeypatch.setattr("workbench.eval.runner.run_eval", record)
+    monkeypatch.setattr("workbench.demo.run_demo", record)
+    with pytest.raises(_Stop):
+        cli.main(["eval", "--method", "direct", "--rollout-engine", "fp32", "--limit", "1"])
+    assert seen.pop("rollout_engine") == "fp32"
+    with pytest.raises(_Stop):
+        cli.main(["demo", "--rollout-engine", "fp32", "--threads", "1"])
+    assert seen["rollout_engine"] == "fp32"
+
+
+def test_a_training_step_with_int4_rollouts_logs_the_gap(tmp_path, one_thread):
+    from workbench.methods import run_parts
+    from workbench.rl.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig(steps=1, questions_per_step=2, group_size=2, max_turns=1, max_new_tokens=12,
+                      max_total_tokens=1024, temperature=1.0, save_every=0, micro_batch_size=2, reward="dynasearcher",
+                      protocol_kwargs={"observation_mode": "chat", "few_shot": False}, rollout_engine="int4",
+                      tis_cap=2.0, eval_limit=0)
+    tr = Trainer(cfg, run_parts(cfg), run=tmp_path / "t", progress=False)
+    assert isinstance(tr.backend, QuantBackend) and tr.adapter_sync(0) is None  # in process: nothing handed over
+    tr.train()
+    rows = [r for r in tr.run.step_metrics() if "rollout_logprob_diff" in r]
+    assert len(rows) == 1
+    r = rows[0]
+    assert 0 < r["rollout_logprob_diff"] < 0.1 and 0.8 < r["rollout_ratio_mean"] < 1.2 and "tis_clip_frac" in r
+    with pytest.raises(ValueError, match="rollout_engine"):
+        TrainConfig(rollout_engine="int4", rollout_backend="openai", server="http://127.0.0.1:1/v1")

@@ -1,0 +1,297 @@
+"""Rollouts that move fewer bytes per token on a CPU: int4 weights for decode steps, bf16 for prefill.
+
+A decode step multiplies every weight matrix by the 1-16 rows being decoded, and on a CPU the fp32 products at
+that size run far below the read bandwidth (``bench/RESULTS.md``, "Why generation stops at ~3.8x"). This backend
+decodes from a copy of the model whose linear layers hold their weights twice over, both smaller than fp32:
+
+- **int4, groups of 32 inputs** (scale and offset per group, torch's ``_weight_int4pack_mm_for_cpu`` with bf16
+  activations): the decode products, 8x fewer bytes than fp32. The default model ships as a Q4_1 GGUF (int4, groups
+  of 32, scale and minimum per group), so its linear weights lie on this grid and are re-packed, not approximated
+  (:func:`int4_step_error` says how far a matrix is from its grid). A matrix off the grid (the GGUF's Q8_0 head, any
+  other model) gets a second int4 level that quantizes the first one's residual: about 8 bits a weight.
+- **bf16** (oneDNN's GEMM): products of more than ``decode_rows`` rows, i.e. prefills, where fp32 is compute-bound.
+
+Everything else (embedding, norms, rotary, attention, the key/value cache) is the model's own fp32 code, shared
+with it, and the LoRA adapter stays unmerged: each layer adds ``B(A(x)) * scaling`` from the live peft modules, in
+fp32, whenever peft would (the adapter enabled, not merged). So the copy follows ``disable_adapter()`` and every
+optimizer step with nothing handed over, and the trainer's own fp32 logprobs stay the reference
+(``rollout_logprob_diff``, ``--tis-cap``).
+
+:class:`QuantBackend` is :class:`~workbench.rollout.backends.hf.HFBackend` (prefix caching, memory budgets, stop
+strings, logprobs) over that copy, plus one saving the fp32 path does not make: a batch's new prompts that start
+with the same tokens (the system prompt and demonstrations every question of an eval shares) have that prefix
+prefilled once. :func:`choose_engine` picks the engine for ``--rollout-engine auto``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from workbench.rollout.backends.hf import HFBackend
+
+GROUP_SIZE = 32  # inputs per int4 scale/offset: Q4_1's block, and the smallest group torch's CPU kernel takes
+DECODE_ROWS = 10  # rows up to which a product runs the int4 kernel (a decode step: int4 faster at 8 rows, bf16 at 16)
+ON_GRID = 0.05  # mean distance to the int4 grid, in quantization steps, below which a matrix counts as int4 already
+SHARED_PREFIX_MIN = 32  # shortest common prompt prefix that is prefilled once for a batch
+ENGINES = ("auto", "fp32", "int4")
+
+
+def int4_groups(w: Tensor, group: int = GROUP_SIZE) -> tuple[Tensor, Tensor, Tensor]:
+    """Asymmetric int4 quantization of ``w`` (N x K) in groups of ``group`` inputs: ``(q, step, low)`` with ``q`` in
+    0..15 (N x K int32) and ``w ~ q * step + low`` per group (N x K/group each), ``low`` the group's minimum and
+    ``step`` its range / 15 (Q4_1's rule)."""
+    N, K = w.shape
+    g = w.detach().float().reshape(N, K // group, group)
+    low, high = g.amin(-1), g.amax(-1)
+    step = (high - low) / 15
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round((g - low[..., None]) / safe[..., None]).clamp_(0, 15).to(torch.int32)
+    return q.reshape(N, K), step, low
+
+
+def dequantize(q: Tensor, step: Tensor, low: Tensor, group: int = GROUP_SIZE) -> Tensor:
+    N, K = q.shape
+    return (q.reshape(N, K // group, group).float() * step[..., None] + low[..., None]).reshape(N, K)
+
+
+def int4_step_error(w: Tensor, group: int = GROUP_SIZE) -> float:
+    """Mean distance of ``w``'s entries to their group's int4 grid, in quantization steps: about 0.25 for weights that
+    were never int4 (uniform rounding error), near 0 for a 4-bit model's (the default GGUF's Q4_1 layers: only the
+    bf16 rounding of the stored weights moves them off it)."""
+    q, step, low = int4_groups(w, group)
+    err = (dequantize(q, step, low, group) - w.float()).abs().reshape(step.shape[0], step.shape[1], group)
+    live = step > 0
+    return float((err / torch.where(live, step, torch.ones_like(step))[..., None])[live].mean()) if live.any() else 0.0
+
+
+@dataclass
+class Int4Weight:
+    """A weight matrix as ``levels`` stacked int4 matrices (each quantizing the residual of those before) in
+    torch's CPU int4 layout; ``matmul(x)`` is ``x @ W.T`` with ``x`` rounded to bf16 and fp32 accumulation."""
+
+    packed: Tensor
+    scales_zeros: Tensor
+    out_features: int
+    levels: int
+
+    @classmethod
+    def quantize(cls, w: Tensor, levels: int = 1, group: int = GROUP_SIZE) -> Int4Weight:
+        rest, qs, szs = w.detach().float(), [], []
+        for _ in range(levels):
+            q, step, low = int4_groups(rest, group)
+            rest = rest - dequantize(q, step, low, group)
+            qs.append(q)
+            # the kernel computes (q - 8) * scale + zero
+            szs.append(torch.stack([step, low + 8 * step], -1).transpose(0, 1))
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.cat(qs), 2)
+        sz = torch.cat(szs, dim=1).contiguous().to(torch.bfloat16)  # K/group x levels*N x 2
+        return cls(packed, sz, w.shape[0], levels)
+
+    def matmul(self, x: Tensor) -> Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, GROUP_SIZE, self.scales_zeros)
+        if self.levels > 1:
+            y = y.view(x.shape[0], self.levels, self.out_features).sum(1)
+        return y.float()
+
+
+def _lora_source(module: nn.Module) -> bool:
+    return hasattr(module, "base_layer") and hasattr(module, "lora_A") and hasattr(module, "scaling")
+
+
+class QuantLinear(nn.Module):
+    """A linear layer of the rollout copy: int4 for up to ``decode_rows`` rows, bf16 above, plus the LoRA of
+    ``source`` (a peft LoRA ``Linear``, read live) when peft would add it. ``source`` may be a plain ``nn.Linear``."""
+
+    def __init__(self, source: nn.Module, decode_rows: int = DECODE_ROWS, levels: int | None = None):
+        super().__init__()
+        base = source.base_layer if _lora_source(source) else source
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"QuantLinear needs an nn.Linear (or a peft LoRA layer over one), got {type(base).__name__}")
+        w = base.weight.detach()
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.decode_rows = decode_rows
+        self.step_error = int4_step_error(w)
+        self.levels = levels or (1 if self.step_error < ON_GRID else 2)
+        self.int4 = Int4Weight.quantize(w, self.levels)
+        self.weight16 = w.to(torch.bfloat16)
+        self.bias = None if base.bias is None else base.bias.detach()
+        self.lora = source if _lora_source(source) else None
+        self._weight, self._version = base.weight, base.weight._version
+
+    @property
+    def stale(self) -> bool:
+        """The source's base weight changed in place since it was quantized, or its LoRA was merged into it."""
+        return self._weight._version != self._version or (self.lora is not None and bool(self.lora.merged))
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features)
+        if x2.shape[0] <= self.decode_rows:
+            y = self.int4.matmul(x2)
+        else:
+            y = F.linear(x2.to(torch.bfloat16), self.weight16).float()
+        if self.bias is not None:
+            y = y + self.bias
+        lora = self.lora
+        if lora is not None and not lora.disable_adapters and not lora.merged:
+            for name in lora.active_adapters:
+                if name in lora.lora_A:
+                    y = y + F.linear(F.linear(x2, lora.lora_A[name].weight), lora.lora_B[name].weight) * lora.scaling[name]
+        return y.view(*shape[:-1], self.out_features)
+
+
+ATTENTION = "workbench_int4"
+"""The copy's attention (a transformers attention implementation, registered by :func:`quantize_model`): SDPA in
+bf16 for prefills (2-3x faster than fp32 on a CPU with native bf16), fp32 SDPA over the fp32 cache for decode steps."""
+
+
+def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+               **kw: Any) -> tuple[Tensor, Any]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] == 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kw)
+    bf = torch.bfloat16
+    out, weights = sdpa_attention_forward(module, query.to(bf), key.to(bf), value.to(bf), attention_mask, **kw)
+    return out.float(), weights
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+def quantize_model(model: nn.Module, decode_rows: int = DECODE_ROWS) -> nn.Module:
+    """The rollout copy of ``model`` (a transformers causal LM, or a peft model over one): its modules copied, its
+    parameters and buffers shared, every linear layer (and peft LoRA layer) replaced by a :class:`QuantLinear` over
+    the original. Raises ``ValueError`` for what it cannot copy faithfully (weights not fp32, LoRA variants)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if any(p.dtype != torch.float32 for p in base.parameters()):
+        raise ValueError("the int4 rollout engine quantizes an fp32 model (this one is not fp32); use the fp32 engine")
+    shared = {id(t): t for t in list(base.parameters()) + list(base.buffers())}
+    qmodel = copy.deepcopy(base, memo=shared)
+    targets, lora_names = [], []
+    for name, src in base.named_modules():
+        if any(name.startswith(n + ".") for n in lora_names):
+            continue  # a LoRA layer's own base / A / B linears
+        if _lora_source(src):
+            lora_names.append(name)
+            if any(getattr(src, "lora_variant", {}) or {}) or any((getattr(src, "lora_bias", {}) or {}).values()):
+                raise ValueError(f"{name}: LoRA variants (DoRA...) and LoRA biases are not supported by the int4 engine")
+            linear = src.base_layer
+        elif isinstance(src, nn.Linear):
+            linear = src
+        else:
+            continue
+        if linear.in_features % GROUP_SIZE == 0:  # torch's int4 kernel needs whole groups: else the layer stays fp32
+            targets.append((name, src))
+    for name, src in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = qmodel.get_submodule(parent_name) if parent_name else qmodel
+        setattr(parent, child, QuantLinear(src, decode_rows))
+    if getattr(qmodel.config, "_attn_implementation", None) == "sdpa":
+        _register_attention()
+        qmodel.config._attn_implementation = ATTENTION
+    qmodel.eval()
+    return qmodel
+
+
+def quant_layers(model: nn.Module) -> list[QuantLinear]:
+    return [m for m in model.modules() if isinstance(m, QuantLinear)]
+
+
+def cpu_has_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively here (AVX512-BF16 / AMX): else bf16 prefill is emulated and slow."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:  # pragma: no cover - a build without oneDNN
+        return False
+
+
+def choose_engine(engine: str, model: Any) -> tuple[str, str]:
+    """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32`` and ``int4`` as asked; ``auto`` is ``int4`` on a
+    CPU with native bf16 for an fp32 model, ``fp32`` elsewhere (an accelerator, bf16 weights)."""
+    if engine not in ENGINES:
+        raise ValueError(f"rollout engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine != "auto":
+        return engine, "asked for"
+    p = next(model.parameters())
+    if p.device.type != "cpu":
+        return "fp32", f"auto: the model is on {p.device.type}, the int4 engine is for CPUs"
+    if p.dtype != torch.float32:
+        return "fp32", f"auto: the model is {p.dtype}, the int4 engine quantizes fp32 weights"
+    if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") or not cpu_has_bf16():
+        return "fp32", "auto: this CPU or torch build has no native bf16 / int4 kernels"
+    return "int4", "auto: a CPU with native bf16"
+
+
+class QuantBackend(HFBackend):
+    """:class:`HFBackend` over :func:`quantize_model`'s copy of ``model`` (see the module docstring); ``model``
+    itself (with its adapter) is left as it is and stays the fp32 reference. Keyword arguments are HFBackend's."""
+
+    name = "int4"
+
+    def __init__(self, model: Any, tokenizer: Any, decode_rows: int = DECODE_ROWS, **kw: Any):
+        self.source = model
+        qmodel = quantize_model(model, decode_rows)
+        self.layers = quant_layers(qmodel)
+        super().__init__(qmodel, tokenizer, **kw)
+        self.stats["shared_prefix_tokens"] = 0
+
+    def describe(self) -> str:
+        one = sum(1 for m in self.layers if m.levels == 1)
+        return (f"int4 decode / bf16 prefill: {one} of {len(self.layers)} linear layers on the int4 grid, "
+                f"{len(self.layers) - one} with two int4 levels")
+
+    def generate(self, prompts, params, max_new_tokens=None):
+        stale = [m for m in self.layers if m.stale]
+        if stale:
+            raise RuntimeError(f"{len(stale)} base weights changed in place (or took a LoRA merge) since the int4 copy "
+                               "was made: build a new QuantBackend")
+        return super().generate(prompts, params, max_new_tokens)
+
+    @torch.inference_mode()
+    def _generate_chunk(self, prompts, limits, params, gen, t0):
+        self._share_prefix([p for p, lim in zip(prompts, limits) if lim > 0])
+        return super()._generate_chunk(prompts, limits, params, gen, t0)
+
+    def _share_prefix(self, prompts: list[list[int]]) -> None:
+        """Prefill the longest prefix that the batch's distinct new prompts share (and that no kept cache already
+        covers) once, keeping it as a cache entry that each prompt's prefill then starts from."""
+        if not self.prefix_cache:
+            return
+        uniq = [p for p in {tuple(p): None for p in prompts} if self._lookup(list(p)) is None]  # new prompts only
+        if len(uniq) < 2:
+            return
+        n = min(len(p) for p in uniq) - 1  # a proper prefix: each prompt keeps a new token to prefill
+        first = uniq[0]
+        for p in uniq[1:]:
+            k = 0
+            while k < n and p[k] == first[k]:
+                k += 1
+            n = k
+        if n < SHARED_PREFIX_MIN:
+            return
+        prefix = list(first[:n])
+        past, attn, _, _ = self._prefill([prefix], [None])
+        self._save(prefix, past, 0, attn[0].nonzero().squeeze(-1))
+        self.stats["shared_prefix_tokens"] += n * (len(uniq) - 1)
+
+
+def make_backend(engine: str, model: Any, tokenizer: Any, **kw: Any) -> HFBackend:
+    """The rollout backend of a resolved engine (``fp32``: :class:`HFBackend`; ``int4``: :class:`QuantBackend`)."""
+    if engine == "int4":
+        return QuantBackend(model, tokenizer, **kw)
+    if engine == "fp32":
+        return HFBackend(model, tokenizer, **kw)
+    raise ValueError(f"rollout engine {engine!r}: resolve 'auto' with choose_engine first (one of fp32, int4)")
