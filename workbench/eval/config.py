@@ -124,7 +124,22 @@ class EvalConfig:
     from the file name)."""
 
     retriever: str = "bm25"
-    """Passage search: bm25, or dense (chromadb + all-MiniLM-L6-v2)."""
+    """Passage search: bm25, or dense (chromadb + all-MiniLM-L6-v2; or a faiss ``index``)."""
+
+    index: str | None = None
+    """A faiss index of the corpus (row i = passage i of ``corpus``; Search-R1's ``e5_Flat.index`` over
+    ``wiki-18.jsonl``) that dense search uses instead of building one; memory-mapped where its type allows, the
+    JSONL corpus read on demand. Needs ``retriever`` dense and ``encoder`` the model the index was built with."""
+
+    encoder: str | None = None
+    """Dense search's sentence encoder: a local path or cached HF name (None: the bundled all-MiniLM-L6-v2)."""
+
+    query_prefix: str | None = None
+    """Text put before each dense query (None: ``query: `` for an e5 encoder, else none)."""
+
+    pooling: str | None = None
+    """How the encoder pools token vectors, instead of its folder's own: mean (Search-R1's for e5), cls (bge), max,
+    lasttoken."""
 
     corpus: str | None = None
     """What the search tool searches: a corpus file (FlashRAG JSONL, HippoRAG-style JSON array of
@@ -208,6 +223,21 @@ class EvalConfig:
 
         if self.retriever not in RETRIEVERS:
             raise ValueError(f"unknown retriever {self.retriever!r}; valid: {', '.join(RETRIEVERS)}")
+        dense = {k: v for k, v in (("index", self.index), ("encoder", self.encoder), ("query_prefix", self.query_prefix),
+                                   ("pooling", self.pooling)) if v is not None}
+        if dense and self.retriever != "dense":
+            raise ValueError(f"--{next(iter(dense)).replace('_', '-')} is for dense search: add --retriever dense")
+        if dense and self.retrieval_url is not None:
+            raise ValueError(f"--{next(iter(dense)).replace('_', '-')} and --retrieval-url: the server's own index and "
+                             "encoder answer the searches; give them to `workbench serve-retrieval`, or drop --retrieval-url")
+        if self.index is not None and (self.corpus or "").strip() in CORPUS_SETTINGS:
+            raise ValueError(f"--index {self.index} holds the vectors of one corpus: pass that corpus file with --corpus "
+                             f"(not {self.corpus})")
+        if self.pooling is not None:
+            from workbench.tools.dense import POOLING
+
+            if self.pooling not in POOLING:
+                raise ValueError(f"unknown --pooling {self.pooling!r}; valid: {', '.join(POOLING)}")
         if self.retrieval_url is not None:
             from workbench.tools.remote import base_url
 
@@ -265,6 +295,15 @@ class EvalConfig:
             temperature=self.temperature,
             seed=self.seed,
         )
+
+    def dense_encoder(self) -> Any:
+        """The dense search's encoder with this config's prefix and pooling (loaded once), or None: the default."""
+        if self.retriever != "dense" or (self.encoder, self.query_prefix, self.pooling) == (None, None, None):
+            return None
+        from workbench.tools.dense import load_encoder
+
+        return load_encoder(self.encoder, self.device if self.device != "auto" else None,
+                            query_prefix=self.query_prefix, pooling=self.pooling)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -302,7 +302,11 @@ def load_eval_data(cfg: EvalConfig) -> EvalData:
     from workbench.eval.config import corpus_setting
 
     setting = corpus_setting(cfg)
-    passages = load_corpus(cfg.corpus) if setting == "file" else None
+    passages = None
+    if setting == "file":  # a faiss index's corpus is read on demand (the index's rows point into it)
+        from workbench.data.jsonl_corpus import open_corpus
+
+        passages = open_corpus(cfg.corpus) if cfg.index else load_corpus(cfg.corpus)
     if str(cfg.dataset).lower() == "world":
         from workbench.data.world import load_world
 
@@ -348,7 +352,7 @@ def missing_tools(protocol: Protocol, data: EvalData) -> list[str]:
     """Why each tool ``protocol`` needs cannot be built from ``data`` (empty: all available)."""
     from workbench.tools.toolbox import ToolContext, unavailable_tools
 
-    ctx = ToolContext(world=data.world, corpus=list(data.passages or []), kg=data.kg)
+    ctx = ToolContext(world=data.world, corpus=data.passages, kg=data.kg)
     out = []
     for tool, needs in unavailable_tools(protocol, ctx):
         if tool == "kg":
@@ -461,7 +465,7 @@ def run_eval(
 
     t0 = time.perf_counter()
     toolboxes, built = method_toolboxes([e.protocol for e in runnable], data, cfg.retriever, backend.tokenizer, served,
-                                        cfg.retrieval_url)
+                                        cfg.retrieval_url, index=cfg.index, encoder=cfg.dense_encoder())
     timings["index_s"] = time.perf_counter() - t0
     _say(log, f"[tools] {built} ({timings['index_s']:.2f}s)")
 

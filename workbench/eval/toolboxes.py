@@ -19,13 +19,16 @@ Toolboxes = dict[tuple[str, ...], Toolbox | Callable[[Example], Toolbox]]
 
 
 def method_toolboxes(protocols: Sequence[Protocol], data: Any, retriever: str, tokenizer: Any,
-                     served: dict[str, Any] | None = None, url: str | None = None) -> tuple[Toolboxes, str]:
+                     served: dict[str, Any] | None = None, url: str | None = None, *, index: str | None = None,
+                     encoder: Any = None) -> tuple[Toolboxes, str]:
     """``({sorted required tools: toolbox or example -> toolbox}, what was built)`` for ``protocols`` over ``data``
-    (an ``EvalData``); ``served``: the ``/health`` of the server at ``url`` the tools call instead."""
+    (an ``EvalData``); ``served``: the ``/health`` of the server at ``url`` the tools call instead; ``index``: a faiss
+    index of ``data.passages`` the dense search uses, with ``encoder``."""
     from workbench.tools.toolbox import build_toolbox
 
-    def make(proto: Protocol, passages: list[Passage] | None) -> Toolbox:
-        tb = build_toolbox(proto, data.world, passages=passages, retriever=retriever, kg=data.kg, tokenizer=tokenizer)
+    def make(proto: Protocol, passages: Sequence[Passage] | None) -> Toolbox:
+        tb = build_toolbox(proto, data.world, passages=passages, retriever=retriever, kg=data.kg, tokenizer=tokenizer,
+                           encoder=encoder, index=index)
         if data.kg is not None and "kg" in tb:  # a real KG: names the policy wrote are linked too
             from workbench.tools.kg.linking import linking_kg_tool
 
@@ -54,5 +57,5 @@ def method_toolboxes(protocols: Sequence[Protocol], data: Any, retriever: str, t
     elif data.setting == "per-question":
         over = f"{retriever} over each question's own {data.info['passages_per_question']:.1f} passages on average"
     else:
-        over = f"{retriever} over {len(data.passages or [])} passages"
+        over = f"{retriever} over {len(data.passages or [])} passages" + (f" (faiss index {index})" if index else "")
     return toolboxes, f"{', '.join(tools) or 'none'} ({over})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from workbench.tools.dense import POOLING
 from workbench.tools.remote import API_KEY_ENV
 
 # --------------------------------------------------------------------------- serve-retrieval
@@ -19,6 +20,8 @@ def serve_retrieval_args(p: argparse.ArgumentParser) -> None:
         "  workbench serve-retrieval                          # BM25 over the world, plus /kg and /plan\n"
         "  workbench serve-retrieval --corpus wiki-18.jsonl --port 8000\n"
         "  workbench serve-retrieval --corpus wiki-18.jsonl --index-dir /data/wiki18-bm25   # 21M passages, mmap\n"
+        "  workbench serve-retrieval --retriever dense --index e5_Flat.index --corpus wiki-18.jsonl \\\n"
+        "       --encoder /models/e5-base-v2                   # Search-R1's faiss index, memory-mapped\n"
         "  curl -s 127.0.0.1:8000/retrieve -H 'Content-Type: application/json' \\\n"
         "       -d '{\"queries\": [\"who founded x\"], \"topk\": 3, \"return_scores\": true}'\n"
         f"  {API_KEY_ENV}=$(openssl rand -hex 16) workbench serve-retrieval --host 0.0.0.0 --allow-remote\n"
@@ -30,7 +33,15 @@ def serve_retrieval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", default="world", help="'world' (passages and graph) or a corpus file: FlashRAG JSONL "
                    "{id, contents} or any layout load_corpus reads (default: %(default)s)")
     p.add_argument("--retriever", default="bm25", choices=("bm25", "dense"), help="(default: %(default)s)")
-    p.add_argument("--encoder", default=None, help="dense encoder path or name (default: the bundled MiniLM)")
+    p.add_argument("--encoder", default=None, help="dense encoder path or name (default: the bundled MiniLM); with "
+                   "--index, the model the index was built with")
+    p.add_argument("--index", default=None, metavar="FILE", help="a faiss index of --corpus (row i = passage i; "
+                   "Search-R1's e5_Flat.index over wiki-18.jsonl), memory-mapped where its type allows; needs "
+                   "--retriever dense")
+    p.add_argument("--query-prefix", default=None, metavar="TEXT", help="put before each query (default: 'query: ' "
+                   "for an e5 encoder, else none)")
+    p.add_argument("--pooling", default=None, choices=POOLING, help="pool token vectors this way instead of the "
+                   "encoder folder's own (Search-R1: mean for e5, cls for bge)")
     p.add_argument("--limit", type=int, default=None, help="first N passages of the corpus only (N >= 1)")
     p.add_argument("--index-dir", default=None, metavar="DIR", help="a sharded, memory-mapped BM25 index (for "
                    "wiki-18's 21M passages): built in DIR from --corpus the first time (streaming), then loaded")
@@ -72,6 +83,8 @@ def check_serve_args(args: argparse.Namespace, env: dict[str, str] | None = None
         raise ValueError(f"--topk {args.topk}: the default topk must be 1..--max-topk ({args.max_topk})")
     if args.max_hits < args.topk:
         raise ValueError(f"--max-hits {args.max_hits}: must be >= --topk ({args.topk}), or no request is served")
+    if args.index is not None and args.retriever != "dense":
+        raise ValueError(f"--index {args.index} is a dense (faiss) index: add --retriever dense")
     for flag, v in (("--limit", args.limit), ("--shard-size", args.shard_size)):
         if v is not None and v < 1:
             raise ValueError(f"{flag} {v}: must be >= 1")
@@ -99,8 +112,13 @@ def serve_retrieval(args: argparse.Namespace) -> int:
 
     key = check_serve_args(args)
     log = logging.getLogger(__name__)
-    service = load_service(args.corpus, args.retriever, limit=args.limit, encoder=args.encoder,
-                           index_dir=args.index_dir, shard_size=args.shard_size)
+    encoder = args.encoder
+    if args.query_prefix is not None or args.pooling is not None:
+        from workbench.tools.dense import Encoder
+
+        encoder = Encoder(args.encoder, query_prefix=args.query_prefix, pooling=args.pooling)
+    service = load_service(args.corpus, args.retriever, limit=args.limit, encoder=encoder,
+                           index_dir=args.index_dir, shard_size=args.shard_size, index=args.index)
     app = create_app(service, default_topk=args.topk, max_topk=args.max_topk, max_hits=args.max_hits,
                      max_response_bytes=int(args.max_response_mb * 2**20), api_key=key, docs=args.docs,
                      read_timeout_s=args.read_timeout)

@@ -265,7 +265,8 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
     async def health() -> dict[str, Any]:
         return {"status": "ok", "passages": service.n_passages, "retriever": service.retriever,
                 "kg": service.kg is not None, "plan": service.plan is not None, "batches": queue.batches,
-                "queries": queue.queries, "auth": bool(api_key), "limits": limits}
+                "queries": queue.queries, "auth": bool(api_key), "limits": limits,
+                **({"index": service.search.info()} if callable(getattr(service.search, "info", None)) else {})}
 
     @app.post("/retrieve")
     async def retrieve(req: QueryRequest) -> Any:
@@ -312,16 +313,26 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
 
 
 def load_service(corpus: str | None = None, retriever: str = "bm25", *, limit: int | None = None,
-                 encoder: Any = None, index_dir: str | None = None, shard_size: int = 1_000_000) -> "RetrievalService":
+                 encoder: Any = None, index_dir: str | None = None, shard_size: int = 1_000_000,
+                 index: str | None = None) -> "RetrievalService":
     """The world (default: passages and graph) or a corpus file (FlashRAG JSONL or any :func:`load_corpus` layout).
 
     ``index_dir`` (or a ``corpus`` that is such a directory): a sharded, memory-mapped BM25 index
     (:mod:`workbench.tools.bm25_sharded`, for wiki-18's 21M passages), built there from ``corpus`` the first time.
+    ``index``: a faiss index of the corpus (``retriever="dense"``; Search-R1's ``e5_Flat.index`` with ``wiki-18.jsonl``
+    and ``encoder`` e5), memory-mapped, the corpus read on demand (:func:`faiss_service`).
     """
     from workbench.tools.bm25_sharded import is_text_index
 
     if limit is not None and limit < 1:
         raise ValueError(f"--limit {limit}: the number of passages to serve must be >= 1 (or leave it out for all)")
+    if index is not None:
+        if index_dir is not None:
+            raise ValueError("--index (a faiss index) and --index-dir (a sharded BM25 index) are two retrievers: "
+                             "give one")
+        if limit is not None:
+            raise ValueError("--limit cannot cut a faiss index (its rows are the whole corpus): drop --limit")
+        return faiss_service(corpus, index, retriever, encoder=encoder)
     if index_dir is not None or (corpus and is_text_index(corpus)):
         return sharded_service(corpus, retriever, index_dir=index_dir, limit=limit, shard_size=shard_size)
     if corpus is None or corpus == "world":
@@ -366,3 +377,31 @@ def sharded_service(corpus: str | None, retriever: str = "bm25", *, index_dir: s
         build_text_index(itertools.islice(passages, limit), path, shard_size=shard_size)
     search = ShardedBM25Search(path)
     return RetrievalService(search, len(search), "bm25-sharded")
+
+
+def faiss_service(corpus: str | None, index: str, retriever: str = "dense", *, encoder: Any = None) -> "RetrievalService":
+    """Dense search over the faiss ``index`` of ``corpus`` (:class:`~workbench.tools.faiss_index.FaissSearch`): a JSONL
+    file read on demand (:class:`~workbench.data.jsonl_corpus.JsonlCorpus`), another layout loaded, or the world's
+    passages (then with ``/kg``). No ``/plan``: its per-source searches would need the corpus indexed again."""
+    from workbench.tools.faiss_index import FaissSearch
+
+    if retriever != "dense":
+        raise ValueError(f"--index {index} is a dense (faiss) index; --retriever is {retriever!r}: use --retriever dense")
+    world = None
+    if corpus is None or corpus == "world":
+        from workbench.data.world import load_world
+
+        world = load_world()
+        passages: Any = list(world.passages)
+    else:
+        from workbench.data.jsonl_corpus import open_corpus
+
+        passages = open_corpus(corpus)
+    search = FaissSearch(index, passages, encoder)
+    log.warning("faiss index %s: %s", index, search.info())
+    kg = None
+    if world is not None:
+        from workbench.tools.toolbox import TOOL_KINDS, ToolContext
+
+        kg = TOOL_KINDS["kg"].build(ToolContext(world=world))
+    return RetrievalService(search, len(search), "dense-faiss", kg, None)

@@ -72,6 +72,17 @@ class TrainConfig:
     question_types: list[str] | None = None
     """Only questions of these types (world: 1hop, compositional, comparison, inference, chain), train and held-out."""
     retriever: str = "bm25"
+    """Passage search: bm25, or dense (chromadb; or the faiss ``index``), encoding queries with ``encoder``."""
+    corpus: str | None = None
+    """A corpus file (FlashRAG JSONL, or any layout ``load_corpus`` reads) the search tool searches instead of the
+    world's passages; the questions stay the world's."""
+    index: str | None = None
+    """A faiss index of ``corpus`` (row i = passage i; or of the world's passages) that dense search uses, built with
+    ``encoder``; memory-mapped where its type allows, a JSONL corpus read on demand."""
+    query_prefix: str | None = None
+    """Text put before each dense query (None: ``query: `` for an e5 encoder, else none)."""
+    pooling: str | None = None
+    """How the encoder pools token vectors instead of its folder's own: mean (Search-R1's for e5), cls, max, lasttoken."""
     curriculum: str = "none"
     """Question order: ``none`` (shuffled per epoch), ``hops`` (fewer hops first) or ``sources`` (fewer sources first)."""
 
@@ -125,7 +136,8 @@ class TrainConfig:
     encoder: str = "auto"
     """Sentence encoder for embedding features: ``auto`` (only when the method's or reward preset's
     declared needs include embeddings: query similarity, recall by embedding), ``none``, ``default``
-    (all-MiniLM-L6-v2) or a path."""
+    (all-MiniLM-L6-v2) or a path. With ``retriever="dense"`` the search encodes its queries with it too
+    (``auto``, ``none``, ``default``: all-MiniLM-L6-v2)."""
     evidence_model: str | None = None
     """Cross-family model for evidence rewards, used when the declared needs include an evidence
     model (None: the policy's base model answers, with a warning)."""
@@ -190,6 +202,12 @@ class TrainConfig:
             raise bad("max_failed_share", f"must be in [0, 1], got {self.max_failed_share}")
         if self.group_size < 2:
             raise bad("group_size", f"GRPO-family advantages compare rollouts of one question; use >= 2, got {self.group_size}")
+        if self.index is not None and self.retriever != "dense":
+            raise bad("index", f"a faiss index is for dense search; retriever is {self.retriever!r}: add --retriever dense")
+        from workbench.tools.dense import POOLING
+
+        if self.pooling is not None and self.pooling not in POOLING:
+            raise bad("pooling", f"{self.pooling!r} is not one of {POOLING}")
         from workbench.rewards.judges import JUDGES
 
         unknown = [j for j in self.judges if j not in JUDGES]

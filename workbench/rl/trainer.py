@@ -142,7 +142,14 @@ class Trainer:
         if toolbox is None:
             from workbench.tools.toolbox import build_toolbox
 
-            toolbox = build_toolbox(self.protocol, world, retriever=config.retriever, tokenizer=self.tokenizer)
+            passages = None
+            if config.corpus:  # a faiss index's corpus is read on demand (the index's rows point into it)
+                from workbench.data.corpora import load_corpus
+                from workbench.data.jsonl_corpus import open_corpus
+
+                passages = open_corpus(config.corpus) if config.index else load_corpus(config.corpus)
+            toolbox = build_toolbox(self.protocol, world, passages=passages, retriever=config.retriever,
+                                    tokenizer=self.tokenizer, encoder=self._search_encoder(), index=config.index)
         self.toolbox = toolbox
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -202,8 +209,19 @@ class Trainer:
         if self._encoder is None:
             from workbench.tools.dense import load_encoder
 
-            self._encoder = load_encoder() if enc in ("auto", "default") else load_encoder(enc)
+            self._encoder = load_encoder(None if enc in ("auto", "default") else enc,
+                                         query_prefix=self.config.query_prefix, pooling=self.config.pooling)
         return self._encoder
+
+    def _search_encoder(self) -> Any:
+        """Dense search's query encoder (``config.encoder`` with its prefix and pooling); None for BM25."""
+        c = self.config
+        if c.retriever != "dense":
+            return None
+        from workbench.tools.dense import load_encoder
+
+        return load_encoder(None if c.encoder in ("auto", "none", "default") else c.encoder,
+                            query_prefix=c.query_prefix, pooling=c.pooling)
 
     def _evidence_arg(self) -> Any:
         if not self.feature_needs.evidence_model:

