@@ -115,6 +115,68 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- ask
+
+
+def _ask_args(p: argparse.ArgumentParser) -> None:
+    import dataclasses
+
+    from workbench.eval.ask import ASK_FIELDS, DEFAULT_METHOD
+    from workbench.eval.config import EvalConfig
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (
+        "examples:\n"
+        "  workbench ask \"Who founded Tarnholm Mills?\"                 # the trained agent over the world\n"
+        "  workbench ask \"Who founded Tarnholm Mills?\" --method search_r1   # the untrained model\n"
+        "  workbench ask \"who wrote hamlet\" --corpus wiki.jsonl --method dynasearcher --kg ...\n"
+        "  workbench ask \"who wrote hamlet\" --retrieval-url http://127.0.0.1:8000   # a running serve-retrieval\n"
+        "  workbench ask \"who wrote hamlet\" --retriever dense --index e5_Flat.index --corpus wiki-18.jsonl "
+        "--encoder /models/e5-base-v2\n"
+        "prints each turn as it happens (thought, query, passages found, answer) and writes the exchange as a run\n"
+        "(kind ask: one trajectory) that the inspector and the dashboard open."
+    )
+    p.add_argument("question", help="the question")
+    p.add_argument("--method", default=DEFAULT_METHOD, metavar="M", help="the method that answers (workbench methods); "
+                   "M+lora: with --adapter (default: %(default)s, with the shipped adapter data/adapters/search_r1-sft-grpo)")
+    p.add_argument("--answer", action="append", default=None, metavar="TEXT",
+                   help="a gold answer, if you know it (repeat for aliases): the run then scores the agent's answer")
+    _config_flags(p, EvalConfig, [f for f in dataclasses.fields(EvalConfig) if f.name in ASK_FIELDS], flags={
+        "retriever": {"choices": ("bm25", "dense")},
+        "corpus": {"metavar": "world|FILE"},
+        "kg": {"type": str, "nargs": "+", "metavar": "FILE"},
+        "retrieval_url": {"metavar": "URL"},
+        "protocol_kwargs": {"metavar": "JSON", "help": "protocol arguments over the method's declared ones (default: "
+                            "{\"observation_mode\": \"chat\"} where the protocol takes it: the layout the adapters "
+                            "were trained on)"},
+        "adapter": {"metavar": "DIR"},
+        "index": {"metavar": "FILE"},
+        "batch_mib": {"metavar": "MIB"},
+        "allow_pickle_weights": {"action": "store_true"},
+    })
+    p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
+
+
+def ask_command(args: argparse.Namespace) -> int:
+    from workbench.eval.ask import ASK_FIELDS, Asker, format_step
+    from workbench.eval.runner import run_dir_hint
+    from workbench.threads import apply_threads
+
+    apply_threads(args.threads)
+    given = {k: getattr(args, k) for k in ASK_FIELDS if getattr(args, k) not in (None, False)}
+    print(f"Q: {args.question}", flush=True)
+    done = Asker().ask(args.question, args.method, answers=args.answer, out=args.out,
+                       on_step=lambda step: print(format_step(step), flush=True),
+                       log=lambda msg: print(msg, file=sys.stderr, flush=True), **given)
+    t = done.trajectory
+    searches = sum(len(turn.tool_calls) for turn in t.turns)
+    print(f"\nanswer: {t.answer if t.answer is not None else '(none: ' + t.finish_reason + ')'}  "
+          f"({sum(turn.kind == 'policy' for turn in t.turns)} turns, {searches} tool calls, {done.seconds:.1f}s)")
+    print(run_dir_hint(done.run))
+    return 0
+
+
 # --------------------------------------------------------------------------- train
 
 _TRAIN_FLAGS = {"preset": "--preset", "reward": "--reward", "model": "--model"}
@@ -543,6 +605,7 @@ def schema_command(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
     "demo": (_demo_args, demo, "evaluate the default model on the synthetic world (direct, search agent untrained and with the shipped SFT + GRPO adapter, search + KG agent), then every view"),
     "eval": (_eval_args, eval_command, "evaluate methods (protocols, baselines) on the world or a benchmark file; writes a run"),
+    "ask": (_ask_args, ask_command, "ask a method (by default the trained agent) one question and watch it search; writes a run"),
     "train": (_train_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
     "expert": (_expert_args, expert_command, "expert trajectories of the world's questions for a method's protocol; writes a run"),
     "sft": (_sft_args, sft_command, "LoRA SFT on expert traces and rejection samples (the cold start before RL); writes a run"),

@@ -19,9 +19,9 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.eval.adapters import TRAINED_ADAPTER
 from workbench.eval.config import EvalEntry
 from workbench.eval.runner import metrics_table, run_eval
-from workbench.paths import repo_root
 from workbench.runs import Run
 
 #: The methods the demo compares: no retrieval, the search agent (untrained, and with the shipped SFT + GRPO adapter
@@ -38,7 +38,7 @@ DEMO_BATCH_MIB = 384
 
 #: The trained adapter the demo compares with the untrained model (``data/adapters/README.md`` says how it was
 #: made and from which commit); ``+lora`` methods are left out, with a note, when it is missing.
-DEMO_ADAPTER = repo_root() / "data" / "adapters" / "search_r1-sft-grpo"
+DEMO_ADAPTER = TRAINED_ADAPTER
 
 #: Notebooks executed into the run, in order, and the parameters each gets (``{run}``: the run
 #: directory, ``{runs}``: the runs root). 00_quickstart is left out: it would evaluate the model again.

@@ -331,12 +331,15 @@ def _safe_failures(runs: pd.DataFrame, root: Path) -> pd.DataFrame:
         return runs
 
 
-def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, problems: list[str] | None = None):
+def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, problems: list[str] | None = None,
+              asker: Any = None, ask_paths: bool = True):
     """The dashboard page for ``runs_dir`` (default: ``runs/``).
 
     ``static``: the page for :func:`save_static`: without a server to answer clicks, the drill-down
-    lists each run's trajectories with their transcripts as collapsible HTML instead. ``problems`` gets
-    one line per section that could not be built.
+    lists each run's trajectories with their transcripts as collapsible HTML instead, and there is no Ask tab.
+    ``problems`` gets one line per section that could not be built. ``asker``: the
+    :class:`~workbench.eval.ask.Asker` the Ask tab's questions go to (default: a new one); ``ask_paths``: whether the Ask
+    tab offers corpus files, retrieval servers and adapter paths (``ask_tab.ask_section``).
     """
     from workbench.paths import runs_dir as default_runs_dir
 
@@ -346,11 +349,13 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
     header = pn.pane.HTML(f"<h1>Workbench runs</h1>Runs root <code>{html.escape(str(root))}</code> · built {stamp}",
                           sizing_mode="stretch_width")
     runs = q.runs_table(root)
+    ask = [] if static else [("Ask", _safe("ask", lambda: _ask_section(root, asker, ask_paths), problems))]
     if runs.empty:
         msg = (f"No runs under <code>{html.escape(str(root))}</code> (a run is a folder with a <code>config.json</code>). "
-               "Make one with <code>workbench demo</code>, or point the dashboard at another folder with "
-               "<code>--runs DIR</code>.")
-        return pn.Column(header, _box(msg, "info"), sizing_mode="stretch_width", name="dashboard")
+               "Make one with <code>workbench demo</code>, ask the agent a question in the Ask tab, or point the "
+               "dashboard at another folder with <code>--runs DIR</code>.")
+        return pn.Column(header, _box(msg, "info"), *([pn.Tabs(*ask, sizing_mode="stretch_width")] if ask else []),
+                         sizing_mode="stretch_width", name="dashboard")
 
     with_trajs = [r for r in runs["run_id"] if r in q.trajectory_sources(root).files]
     complete = set(runs.loc[~runs["status"].str.startswith("incomplete"), "run_id"])
@@ -365,6 +370,7 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
         ("Training", _safe("training curves", lambda: _training_section(root), problems)),
         ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
         ("Trajectories", drill),
+        *ask,
         dynamic=False, sizing_mode="stretch_width",
     )
     # the runs table last: the sections' queries may have found files whose data does not read
@@ -382,6 +388,13 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
     return pn.Column(header, runs_view, tabs, sizing_mode="stretch_width", name="dashboard")
 
 
+def _ask_section(root: Path, asker: Any, ask_paths: bool):
+    from workbench.dashboard.ask_tab import ask_section
+    from workbench.eval.ask import Asker
+
+    return ask_section(root, asker if asker is not None else Asker(), allow_paths=ask_paths)
+
+
 # --------------------------------------------------------------------------- serving
 
 
@@ -397,13 +410,19 @@ def check_host(host: str, allow_remote: bool) -> None:
 
 def serve_dashboard(
     runs_dir: str | os.PathLike | None = None, port: int = 5006, host: str = "127.0.0.1",
-    allow_remote: bool = False, threaded: bool = False, show: bool = False,
+    allow_remote: bool = False, threaded: bool = False, show: bool = False, asker: Any = None,
 ):
     """Serve the dashboard at ``http://host:port/``. Blocks unless ``threaded`` (then returns a thread with
-    ``.stop()``). Each browser session builds a fresh page, so reloading picks up new runs."""
+    ``.stop()``). Each browser session builds a fresh page, so reloading picks up new runs. The Ask tab's questions
+    of every session go to ``asker`` (default: one :class:`~workbench.eval.ask.Asker` for this server, loading the model
+    at the first question); on a non-loopback ``host`` it offers the world only."""
     import panel as pn
 
+    from workbench.eval.ask import Asker
+
     check_host(host, allow_remote)
+    asker = asker if asker is not None else Asker()
+    ask_paths = is_loopback(host)
     if port == 0:  # pick the port now: the allowed websocket origins must name it
         import socket
 
@@ -419,9 +438,10 @@ def serve_dashboard(
     kw = dict(port=port, address=host, websocket_origin=origins, show=show, title="workbench dashboard", verbose=False)
     if ipv6:  # panel's Location parses the Host header as "name:port", which "[::1]:port" breaks; the app uses no URL state
         kw["location"] = False
+    page = lambda: build_app(runs_dir, asker=asker, ask_paths=ask_paths)  # noqa: E731
     if threaded:
-        return pn.serve(lambda: build_app(runs_dir), threaded=True, **kw)
-    server = pn.serve(lambda: build_app(runs_dir), start=False, **kw)
+        return pn.serve(page, threaded=True, **kw)
+    server = pn.serve(page, start=False, **kw)
     server.start()
     print(f"workbench dashboard: http://{netloc}:{port}/  (Ctrl-C to stop)", flush=True)
     try:

@@ -18,6 +18,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from workbench.paths import repo_root
+
+#: The trained adapter shipped with the project (``data/adapters/README.md`` says how it was made): SFT then GRPO of
+#: the default model on Search-R1's protocol. The demo compares it with the untrained model; ``workbench ask`` asks it.
+TRAINED_ADAPTER = repo_root() / "data" / "adapters" / "search_r1-sft-grpo"
+
 
 def resolve_adapter(path: str | os.PathLike) -> Path:
     """The adapter directory ``path`` names (an adapter directory, or a run's newest checkpoint);

@@ -104,12 +104,14 @@ def evaluate(
     progress: bool = True,
     meta: dict[str, Any] | None = None,
     protocol_kwargs: dict[str, Any] | None = None,
+    on_turn: Callable[[Trajectory, Any], None] | None = None,
 ) -> EvalResult:
     """Roll out ``method`` (an :class:`EvalEntry`, a method name, or a bare Protocol) on ``examples`` and score it.
 
     ``toolbox`` is one Toolbox for all questions, or a function ``example -> Toolbox`` giving each
     question its own tools (``--corpus per-question``); then each question is rolled out on its own.
     ``protocol_kwargs`` go over a method name's declared protocol arguments (:meth:`EvalEntry.parse`).
+    ``on_turn(trajectory, turn)`` sees each turn as it is appended (:func:`~workbench.rollout.engine.rollout`).
     """
     if isinstance(method, Protocol):
         label, protocol, rubric = method.name, method, None
@@ -130,12 +132,13 @@ def evaluate(
     t0 = time.perf_counter()
     tmeta = {"method": label, **(meta or {})}
     if factory is None:
-        trajs = rollout(examples, protocol, toolbox, backend, cfg, progress=progress, meta=tmeta)
+        trajs = rollout(examples, protocol, toolbox, backend, cfg, progress=progress, meta=tmeta, on_turn=on_turn)
     else:  # per-question tools: one rollout per question (the engine shares one toolbox per batch)
         from tqdm.auto import tqdm
 
         trajs = [t for ex in tqdm(examples, desc=label, disable=not progress)
-                 for t in rollout([ex], protocol, factory(ex), backend, cfg, progress=False, meta=tmeta)]
+                 for t in rollout([ex], protocol, factory(ex), backend, cfg, progress=False, meta=tmeta,
+                                  on_turn=on_turn)]
     for t in trajs:  # one run holds several methods: ids and groups are per method
         t.id, t.group_id = f"{label}:{t.id}", f"{label}:{t.group_id}"
     secs = time.perf_counter() - t0
@@ -375,6 +378,25 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
+def load_backend(cfg: EvalConfig) -> tuple[Backend, str, str]:
+    """``(backend, rollout engine, what was loaded)``: ``cfg.model`` with ``cfg.adapter`` attached (for the ``+lora``
+    entries) in the rollout engine ``cfg.rollout_engine`` chooses."""
+    from workbench.models import load_policy
+    from workbench.rollout.backends.quant import choose_engine, make_backend
+
+    policy, tokenizer = load_policy(cfg.model, device=cfg.device, allow_pickle=cfg.allow_pickle_weights or None)
+    n_params = sum(p.numel() for p in policy.parameters()) / 1e6
+    what = f"{cfg.model} ({n_params:.1f}M parameters"
+    if cfg.adapter:
+        from workbench.eval.adapters import attach_adapter, resolve_adapter
+
+        policy = attach_adapter(policy, cfg.adapter)
+        what += f", LoRA adapter {resolve_adapter(cfg.adapter)} for the +lora methods"
+    engine, why = choose_engine(cfg.rollout_engine, policy)
+    backend = make_backend(engine, policy, tokenizer, batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
+    return backend, engine, what + f", {backend.device}; rollout engine {engine}: {why})"
+
+
 def run_eval(
     methods: str | Sequence[str] = ("direct", "search_r1"),
     dataset: str | os.PathLike = "world",
@@ -441,20 +463,7 @@ def run_eval(
     t0 = time.perf_counter()
     engine = None
     if backend is None:
-        from workbench.models import load_policy
-        from workbench.rollout.backends.quant import choose_engine, make_backend
-
-        policy, tokenizer = load_policy(cfg.model, device=cfg.device, allow_pickle=cfg.allow_pickle_weights or None)
-        n_params = sum(p.numel() for p in policy.parameters()) / 1e6
-        what = f"{cfg.model} ({n_params:.1f}M parameters"
-        if cfg.adapter:
-            from workbench.eval.adapters import attach_adapter, resolve_adapter
-
-            policy = attach_adapter(policy, cfg.adapter)
-            what += f", LoRA adapter {resolve_adapter(cfg.adapter)} for the +lora methods"
-        engine, why = choose_engine(cfg.rollout_engine, policy)
-        backend = make_backend(engine, policy, tokenizer, batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
-        what += f", {backend.device}; rollout engine {engine}: {why})"
+        backend, engine, what = load_backend(cfg)
     else:
         what = f"{model_name} (given backend)"
     timings["model_s"] = time.perf_counter() - t0

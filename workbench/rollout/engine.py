@@ -14,6 +14,7 @@ attention mask is untouched (observations stay visible to the model).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -107,11 +108,15 @@ def rollout(
     progress: bool = True,
     meta: dict[str, Any] | None = None,
     prompt_ids: list[list[int]] | None = None,
+    on_turn: Callable[[Trajectory, Turn], None] | None = None,
 ) -> list[Trajectory]:
     """Roll out ``config.group_size`` trajectories per example; returns them grouped in order.
 
     ``prompt_ids``: one per example, used instead of encoding ``protocol.messages(example)`` (a trainer that hands
     over its own prompts, e.g. TRL's rollout function in ``workbench.integrations.trl``).
+    ``on_turn(trajectory, turn)`` is called with each turn as soon as it is appended (a policy turn when its
+    generation ended, parsed; the observation once its tool answered), e.g. to show a rollout as it happens
+    (``workbench ask``); the trajectory is still open then (no ``finish_reason`` or flags yet).
     """
     from tqdm.auto import tqdm
 
@@ -126,6 +131,10 @@ def rollout(
         prompt_text = tok.decode(ids, skip_special_tokens=False)
         states += [start_trajectory(ex, protocol, toolbox, tok, cfg, g, ids, prompt_text, meta)
                    for g in range(cfg.group_size)]
+    if on_turn is not None:  # a protocol's own retrieval before the first turn (pipeline baselines)
+        for s in states:
+            for t in s.traj.turns:
+                on_turn(s.traj, t)
 
     # one tick per finished trajectory (all of a turn's sequences are generated together, so ticks come at turn
     # ends); the postfix says which turn runs and the generation throughput so far
@@ -157,7 +166,11 @@ def rollout(
         gen_tokens, gen_seconds = gen_tokens + sum(len(g.token_ids) for g in gens), gen_seconds + elapsed
         last_turn = turn_idx == cfg.max_turns - 1
         for s, g in zip(active, gens):
-            step_trajectory(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn)
+            seen = len(s.traj.turns)
+            step_trajectory(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn,
+                            on_turn)
+            if on_turn is not None and len(s.traj.turns) > seen + 1:  # the observation, after its tool answered
+                on_turn(s.traj, s.traj.turns[-1])
             if s.done:
                 bar.update(1)
     bar.update(sum(not s.done for s in states))
@@ -213,8 +226,10 @@ def _finish(s: _State, reason: str) -> None:
 
 
 def step_trajectory(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox: Toolbox, tok: Any,
-                    eos: set[int], cfg: RolloutConfig, last_turn: bool) -> None:
-    """Append one sampled policy turn ``g`` (ids as sampled), parse and act on it, append the observation's ids."""
+                    eos: set[int], cfg: RolloutConfig, last_turn: bool,
+                    on_turn: Callable[[Trajectory, Turn], None] | None = None) -> None:
+    """Append one sampled policy turn ``g`` (ids as sampled), parse and act on it, append the observation's ids.
+    ``on_turn(trajectory, turn)`` sees the policy turn before its action runs."""
     traj = s.traj
     if g.finish_reason == ERROR:
         traj.meta.setdefault("errors", []).append(g.error)
@@ -227,6 +242,8 @@ def step_trajectory(s: _State, g: Generation, latency: float, protocol: Protocol
     traj.turns.append(
         Turn(POLICY, text, list(g.token_ids), list(g.logprobs), g.finish_reason, action.to_dict(), latency_s=latency)
     )
+    if on_turn is not None:
+        on_turn(traj, traj.turns[-1])
     if action.kind == ANSWER:
         traj.answer = protocol.answer_text(action)
         _finish(s, "answer")
