@@ -181,6 +181,22 @@ def test_429_is_retried(fake_server):
     assert g.token_ids == [65] and g.meta["attempts"] == 2
 
 
+def test_retry_after_is_waited_for(fake_server):
+    srv = fake_server(lambda n, body: ok([65]) if n > 1 else (503, {"error": "busy"}, {"Retry-After": "0.4"}))
+    t0 = time.perf_counter()
+    g = client(srv.url).generate([[1]], P)[0]  # backoff 0.01 s: the server's 0.4 s is longer
+    assert g.token_ids == [65] and g.meta["attempts"] == 2 and time.perf_counter() - t0 >= 0.35
+
+
+def test_a_local_server_is_reached_past_a_proxy_from_the_environment(fake_server, monkeypatch):
+    srv = fake_server(lambda n, body: ok([65]))
+    for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert client(srv.url, max_retries=0).generate([[1]], P)[0].token_ids == [65]
+
+
 def test_persistent_500_is_recorded_not_raised(fake_server):
     srv = fake_server(lambda n, body: (503, {"error": {"message": "overloaded"}}, None))
     g = client(srv.url, max_retries=2).generate([[1]], P)[0]

@@ -2,25 +2,26 @@
 
 Token-in, token-out over HTTP: each prompt is sent as its list of token ids (vLLM and SGLang
 accept token-id prompts), one request per prompt, ``concurrency`` requests at a time (the
-server batches them). Every request has a timeout and is retried with exponential backoff on
-connection errors, timeouts, HTTP 429 / 5xx and malformed replies; a prompt that still fails
-after the last retry comes back as a ``Generation`` with ``finish_reason="error"`` and
-``error`` set, and the rest of the batch goes on. Only the standard library is used.
+server batches them) over one ``httpx`` client (kept-alive connections, ``concurrency`` of them). Every request
+has a timeout and is retried (``tenacity``) with exponential backoff, or the server's ``Retry-After`` (seconds or
+an HTTP date) when longer, on connection errors, timeouts, HTTP 429 / 5xx and malformed replies; a prompt that
+still fails after the last retry comes back as a ``Generation`` with ``finish_reason="error"`` and ``error`` set,
+and the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
-import http.client
+import datetime as _dt
+import email.utils
 import ipaddress
 import json
 import logging
 import math
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import httpx
+import tenacity
 
 from workbench.rollout.backends.base import (
     EOS,
@@ -115,10 +116,16 @@ class OpenAIBackend(Backend):
         self.concurrency = concurrency
         self.extra_body = dict(extra_body or {})
         self._warned_inexact = False
-        host = urllib.parse.urlsplit(self.base_url).hostname or ""
+        host = httpx.URL(self.base_url).host
         # a local server is reached directly, never through an http_proxy from the environment
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}) if is_loopback_host(host) else
-                                                   urllib.request.ProxyHandler())
+        self._client = httpx.Client(
+            timeout=timeout_s, trust_env=not is_loopback_host(host),
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            headers={"Accept": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})})
+
+    def close(self) -> None:
+        """Close the kept-alive connections (they are also closed when the backend is garbage-collected)."""
+        self._client.close()
 
     # ------------------------------------------------------------------ public
     def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
@@ -182,53 +189,51 @@ class OpenAIBackend(Backend):
         if limit <= 0:
             return Generation([], [], LENGTH)
         body = self.request_body(prompt, params, limit, seed)
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._backoff, reraise=True,
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, RequestFailed) and e.retry),
+            before_sleep=lambda rs: log.debug("completion request failed (%s); retry %d in %.2fs", rs.outcome.exception(),
+                                              rs.attempt_number, rs.upcoming_sleep))
         attempts = 0
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            attempts += 1
-            try:
-                data = self._request("POST", "/completions", body)
-                gen = self.parse_choice(data, params)
-                gen.meta["attempts"] = attempts
-                return gen
-            except RequestFailed as e:
-                last = str(e)
-                if not e.retry or attempt == self.max_retries:
-                    break
-                wait = min(max(self.backoff_s * 2**attempt, e.retry_after or 0.0), 60.0)
-                log.debug("completion request failed (%s); retry %d in %.2fs", e, attempt + 1, wait)
-                time.sleep(wait)
-            except Exception as e:  # a reply shaped in a way nobody foresaw: recorded for this prompt only
-                last = f"unexpected reply: {type(e).__name__}: {e}"
-                break
+        try:
+            for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    gen = self.parse_choice(self._request("POST", "/completions", body), params)
+            gen.meta["attempts"] = attempts
+            return gen
+        except RequestFailed as e:
+            last = str(e)
+        except Exception as e:  # a reply shaped in a way nobody foresaw: recorded for this prompt only
+            last = f"unexpected reply: {type(e).__name__}: {e}"
         return Generation([], [], ERROR, error=f"{last} (after {attempts} attempt{'s' * (attempts > 1)})",
                           meta={"attempts": attempts})
+
+    def _backoff(self, state: tenacity.RetryCallState) -> float:
+        """The wait before the next attempt: ``backoff_s * 2**k`` after the k-th retry, or the server's
+        ``Retry-After`` when longer; at most 60 s."""
+        after = getattr(state.outcome.exception(), "retry_after", None) if state.outcome else None
+        return min(max(self.backoff_s * 2 ** (state.attempt_number - 1), after or 0.0), 60.0)
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None, expect_json: bool = True) -> dict[str, Any]:
         """One HTTP attempt; raises ``RequestFailed`` (retryable or not) on any failure. ``expect_json=False``:
         any 2xx body is accepted (returned as ``{"text": ...}``)."""
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
         try:
-            with self._opener.open(req, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            detail = _error_detail(e)
-            retry = e.code == 429 or e.code >= 500
-            raise RequestFailed(f"HTTP {e.code} from {path}: {detail}", retry, _retry_after(e)) from e
-        except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, refused / reset connections
-            reason = getattr(e, "reason", e)
-            kind = "timeout" if isinstance(reason, TimeoutError) else "connection error"
-            raise RequestFailed(f"{kind} on {path}: {type(reason).__name__}: {reason}", True) from e
+            resp = self._client.request(method, self.base_url + path, json=body)
+        except httpx.TimeoutException as e:
+            raise RequestFailed(f"timeout on {path}: {type(e).__name__}: {e}", True) from e
+        except httpx.TransportError as e:  # refused, reset or closed connections, DNS, proxy errors
+            raise RequestFailed(f"connection error on {path}: {type(e).__name__}: {e}", True) from e
+        if resp.is_error:
+            retry = resp.status_code == 429 or resp.status_code >= 500
+            raise RequestFailed(f"HTTP {resp.status_code} from {path}: {_error_detail(resp)}", retry,
+                                retry_after(resp.headers.get("Retry-After")))
         if not expect_json:
-            return {"text": raw.decode("utf-8", "replace")}
+            return {"text": resp.text}
         try:
-            out = json.loads(raw)
+            out = json.loads(resp.content)
         except (ValueError, UnicodeDecodeError) as e:
-            raise RequestFailed(f"malformed JSON from {path}: {raw[:120]!r}", True) from e
+            raise RequestFailed(f"malformed JSON from {path}: {resp.content[:120]!r}", True) from e
         if not isinstance(out, dict):
             raise RequestFailed(f"malformed reply from {path}: expected a JSON object, got {type(out).__name__}", True)
         return out
@@ -306,24 +311,36 @@ class OpenAIBackend(Backend):
         return ids
 
 
-def _error_detail(e: urllib.error.HTTPError) -> str:
-    try:
-        raw = e.read()[:300]
-    except Exception:  # the body is only for the message
-        return e.reason if isinstance(e.reason, str) else ""
+def _error_detail(resp: httpx.Response) -> str:
+    raw = resp.content[:300]
     try:
         msg = json.loads(raw).get("error", {})
         return str(msg.get("message", msg) if isinstance(msg, dict) else msg)
     except (ValueError, AttributeError):
-        return clean_text(raw)
+        return clean_text(raw) or resp.reason_phrase
 
 
-def _retry_after(e: urllib.error.HTTPError) -> float | None:
-    value = e.headers.get("Retry-After") if e.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+def retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait: a number of seconds or an HTTP date; None if absent or unreadable.
+
+    >>> retry_after("2.5"), retry_after(None), retry_after("soon")
+    (2.5, None, None)
+    >>> retry_after("Wed, 21 Oct 2015 07:28:00 GMT")  # a date in the past: no wait
+    0.0
+    """
+    if value is None:
         return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
 
 
 def is_loopback_host(host: str) -> bool:
