@@ -149,3 +149,24 @@ def test_read_jsonl_skips_and_counts_bad_lines_and_never_raises(tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and bad == 2 and rows[1]["note"] == "\ufffd\ufffd"
     assert read_jsonl(p, keep=lambda r: isinstance(r, dict) and "loss" in r) == ([{"step": 1, "loss": 0.5}], 3)
     assert read_step_metrics(p) == (rows, "metrics.jsonl: 2 unreadable line(s)")
+
+
+def test_file_lock_makes_another_process_wait(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from workbench.io import file_lock
+
+    lock = tmp_path / "cache" / ".entry.lock"  # its folder is made
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench.io import file_lock\n"
+                               f"with file_lock({str(lock)!r}):\n    print('held', flush=True)\n    time.sleep(1.5)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.perf_counter()
+    with file_lock(lock):
+        waited = time.perf_counter() - t0
+    holder.wait(timeout=30)
+    assert waited > 0.5  # the holder had it for 1.5 s
+    with file_lock(lock), file_lock(tmp_path / "other.lock"):  # another path: no wait
+        pass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -11,6 +10,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 
 def _umask() -> int:
@@ -101,18 +102,15 @@ def remove_stale_temp_files(folder: str | os.PathLike, older_than_s: float = 600
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike) -> Iterator[None]:
-    """An exclusive advisory lock (``fcntl.flock``) on ``path`` (created if missing).
+    """An exclusive advisory lock on ``path`` (created if missing; ``filelock.FileLock``: ``flock`` on Unix), held
+    for the ``with`` block and waited for without a time limit.
 
     Used so that two processes building the same cache entry do not both build it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    with FileLock(path):
+        yield
 
 
 def stable_hash(obj: Any, n: int = 16) -> str:
