@@ -10,9 +10,10 @@ Several runs may be given for either side (e.g. the dev eval and the test eval):
     .venv/bin/python bench/compare_methods.py SFT_DEV SFT_TEST --a search_r1+lora --b-run RL_DEV RL_TEST
 
 For each hop count and overall: n, the mean of ``--metric`` for A and B with Wilson 95% intervals
-(a proportion per question), and the paired difference B − A with a bootstrap 95% interval over
-questions (10,000 resamples, seed 0). Also answered share, searches per question and format-valid
-share. Prints a markdown table.
+(a proportion per question: scipy's ``binomtest(...).proportion_ci(method="wilson")``; a bootstrap interval when a
+question's value is not 0 or 1, e.g. the mean over several samples), and the paired difference B − A with a
+bootstrap 95% interval over questions (scipy's ``bootstrap``, percentile method, 10,000 resamples, seed 0). Also
+answered share, searches per question and format-valid share. Prints a markdown table.
 
 ``--reward PRESET`` compares a reward instead of a metric: the preset (``workbench.rewards``, e.g.
 ``dynasearcher``; ``--reward-params`` as JSON) scores each trajectory from the run's ``features.parquet``, so
@@ -23,31 +24,37 @@ is not a proportion).
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n."""
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """Wilson score 95% interval of a proportion k/n (scipy)."""
     if n == 0:
         return (float("nan"), float("nan"))
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (c - h, c + h)
+    ci = stats.binomtest(int(k), n).proportion_ci(confidence_level=0.95, method="wilson")
+    return (float(ci.low), float(ci.high))
 
 
 def mean_interval(v: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of the mean of ``v`` (for values that are not proportions)."""
+    """95% bootstrap interval (percentile) of the mean of ``v`` (for values that are not proportions)."""
     if len(v) == 0:
         return (float("nan"), float("nan"))
-    idx = np.random.default_rng(seed).integers(0, len(v), size=(reps, len(v)))
-    means = v[idx].mean(axis=1)
-    return (float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975)))
+    if len(v) == 1:  # every resample is the one value (scipy wants two)
+        return (float(v[0]), float(v[0]))
+    ci = stats.bootstrap((v,), np.mean, n_resamples=reps, confidence_level=0.95, method="percentile",
+                         rng=np.random.default_rng(seed)).confidence_interval
+    return (float(ci.low), float(ci.high))
+
+
+def proportion_interval(v: np.ndarray) -> tuple[float, float]:
+    """Wilson's interval when every value is 0 or 1 (a proportion), else the bootstrap interval of the mean."""
+    if np.isin(v, (0.0, 1.0)).all():
+        return wilson(int(v.sum()), len(v))
+    return mean_interval(v)
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int = 0) -> tuple[float, float]:
@@ -131,7 +138,7 @@ def main() -> None:
         va, vb = a.loc[ix, "v"].to_numpy(float), b.loc[ix, "v"].to_numpy(float)
         n = len(ix)
         (la, ha), (lb, hb) = ((mean_interval(va), mean_interval(vb)) if args.reward
-                              else (wilson(va.sum(), n), wilson(vb.sum(), n)))
+                              else (proportion_interval(va), proportion_interval(vb)))
         lo, hi = paired_bootstrap(va, vb)
         print(f"| {label} | {n} | {va.mean():.3f} [{la:.2f}, {ha:.2f}] | {vb.mean():.3f} [{lb:.2f}, {hb:.2f}] "
               f"| {vb.mean() - va.mean():+.3f} [{lo:+.2f}, {hi:+.2f}] | {a.loc[ix, 'ans'].mean():.2f} → "

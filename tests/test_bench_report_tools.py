@@ -156,3 +156,17 @@ def test_ship_adapter_casts_to_bf16_and_names_both_stages(tmp_path, monkeypatch)
     assert prov["checkpoint"] == "step_000008" and prov["commit"] == "c1"
     assert prov["metrics"] == [{"step": 8, "loss": 0.0, "reward_mean": 0.8, "cem": 0.4}]
     assert prov["init_adapter"] == {"path": str(sft), "run_id": "sft-run", "checkpoint": "step_000168", "commit": "c0"}
+
+
+def test_compare_methods_intervals_are_scipys():
+    cm = _load("compare_methods")
+    lo, hi = cm.wilson(3, 4)  # (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.95996
+    assert (round(lo, 4), round(hi, 4)) == (0.3006, 0.9544)
+    assert cm.wilson(0, 4)[0] == 0.0 and cm.wilson(4, 4)[1] == 1.0
+    assert cm.proportion_interval(np.array([0.0, 1, 1, 1])) == cm.wilson(3, 4)
+    half = np.array([0.5, 1.0, 0.5, 0.0])  # means over samples: not a proportion per question, so a bootstrap
+    assert cm.proportion_interval(half) == cm.mean_interval(half)
+    lo, hi = cm.mean_interval(half)
+    assert 0.0 <= lo < half.mean() < hi <= 1.0
+    assert cm.mean_interval(np.array([0.7])) == (0.7, 0.7)
+    assert all(np.isnan(cm.mean_interval(np.array([]))))
