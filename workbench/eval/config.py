@@ -209,6 +209,11 @@ class EvalConfig:
     """Load a model directory that has only pickle weights (``pytorch_model.bin``). Pickle files can run
     code when loaded: only for files you trust (default: safetensors only)."""
 
+    report_to: str = "none"
+    """Experiment trackers that get a copy of the finished run, comma-separated: tensorboard, wandb, mlflow, trackio
+    (or none), each offline into the run directory (``workbench.rl.trackers``; the library is an extra: ``pip install
+    -e '.[tensorboard]'`` ...): the config, metrics.json's numbers, and a completions table per method."""
+
     def __post_init__(self) -> None:
         self.methods = parse_methods(self.methods)
         from workbench.rollout.backends.quant import ENGINES
@@ -283,6 +288,9 @@ class EvalConfig:
             from workbench.eval.adapters import resolve_adapter
 
             resolve_adapter(self.adapter)  # a bad path fails now, before any data or model is loaded
+        from workbench.rl.trackers import tracker_names
+
+        self.report_to = ",".join(tracker_names(self.report_to)) or "none"  # a library not installed: named now
         self.rollout_config()  # validates group_size, max_turns, max_new_tokens, temperature
 
     def rollout_config(self, max_turns: int | None = None) -> RolloutConfig:

@@ -45,6 +45,7 @@ from workbench.data.example import Example
 from workbench.eval.config import DEFAULT_MODEL, EvalConfig, EvalEntry
 from workbench.protocols.base import Protocol
 from workbench.rewards.outcomes import MEAN_KEYS, OUTCOME_KEYS, score, summarize  # noqa: F401 (re-exported)
+from workbench.rl.trackers import report_run
 from workbench.rollout.backends.base import Backend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.runs import Run
@@ -500,6 +501,7 @@ def run_eval(
                 "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict(), "rollout_engine": engine},
     )
     write_eval_run(run, results, data.examples, features=True, timings=timings)
+    report_run(run, cfg.report_to, say=log)  # a copy for the --report-to trackers, read from the run's files
     return run
 
 

@@ -292,6 +292,7 @@ class SFTTrainer(Trainer):
                "lr": self.optimizer.param_groups[0]["lr"]}
         self.step += 1
         self.run.append_step_metrics(row)
+        self.trackers.log_row(row)
         return row
 
     def train(self, steps: int | None = None) -> Run:

@@ -24,6 +24,7 @@ from workbench.rewards.preset import FeatureNeeds, RewardPreset
 from workbench.rewards.rubric import Rubric
 from workbench.rl.config import LossConfig, get_loss_config
 from workbench.rl.data_stream import CURRICULA
+from workbench.rl.trackers import tracker_names
 from workbench.rollout.engine import RolloutConfig
 
 DEFAULT_PROTOCOL_KWARGS: dict[str, Any] = {"observation_mode": "chat"}
@@ -178,6 +179,11 @@ class TrainConfig:
     """Checkpoint every this many steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
     """Newest checkpoints kept (older ones are deleted)."""
+    report_to: str = "none"
+    """Experiment trackers that get a copy of the run's logs, comma-separated: tensorboard, wandb, mlflow, trackio
+    (or none). Each writes offline into the run directory (``<run>/tensorboard``, ``wandb``, ``mlflow``, ``trackio``)
+    through its own library, an extra: ``pip install -e '.[tensorboard]'`` ... (``workbench.rl.trackers``): every
+    number of each metrics.jsonl row, the config, and a completions table per step."""
 
     def __post_init__(self) -> None:
         def bad(f: str, msg: str) -> ValueError:
@@ -215,6 +221,9 @@ class TrainConfig:
             raise bad("judges", f"unknown judge(s) {unknown}; valid: {', '.join(sorted(JUDGES))}")
         if self.stage_switch_step is not None and self.stage_switch_step < 1:
             raise bad("stage_switch_step", f"must be >= 1, got {self.stage_switch_step}")
+        if not isinstance(self.report_to, str):  # a list from Python or a YAML file
+            self.report_to = ",".join(map(str, self.report_to))
+        self.report_to = ",".join(tracker_names(self.report_to)) or "none"  # a library not installed: named here
         self.loss_config()  # validates the optimizer mix with LossConfig's own messages
         self._check_engines(bad)
 

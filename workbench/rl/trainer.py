@@ -62,6 +62,7 @@ from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported
     truncate_logs,
     write_step,
 )
+from workbench.rl.trackers import Trackers
 from workbench.rl.train_config import CURRICULA, RunParts, TrainConfig, check_parts  # noqa: F401 (re-exported)
 from workbench.rl.update import run_update
 from workbench.rollout.engine import rollout
@@ -185,6 +186,9 @@ class Trainer:
 
         self.adapter_sync = AdapterSync(self.backend, policy, None if self.run is None else self.run.path / "rollout_adapters")
         """Hands the current adapter to an ``openai`` / ``vllm`` rollout backend before a rollout."""
+        self.trackers = Trackers(config.report_to if self.rank == 0 else "none", self.run, say=self._say)
+        """``config.report_to``'s experiment trackers (:mod:`workbench.rl.trackers`): a copy of every metrics row and
+        each step's completions, opened at the first."""
 
     # ------------------------------------------------------------------ helpers
     def _say(self, msg: str) -> None:
@@ -427,6 +431,7 @@ class Trainer:
 
     def _write_step(self, sb: StepBatch, row: dict[str, Any]) -> None:
         write_step(self.run, self.step, sb, row)
+        self.trackers.log_step(row, sb.generated, sb.features, self.data.examples)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, limit: int | None = None, save: bool = True) -> dict[str, float]:
@@ -464,6 +469,7 @@ class Trainer:
         ev = self.evaluate()
         if ev and self.rank == 0:
             self.run.append_step_metrics({"step": self.step, **ev})
+            self.trackers.log_row(ev, self.step)
             self._say(f"eval @ step {self.step}: reward {ev['eval_reward_mean']:.3f}, cover-EM {ev['eval_cem']:.3f}, "
                       f"F1 {ev['eval_f1']:.3f} on {int(ev['eval_n'])} held-out questions")
         return ev
@@ -499,6 +505,7 @@ class Trainer:
         self.save_checkpoint()
         if self.rank == 0:
             self.finalize()
+            self.trackers.close()
             self.run.mark_complete(steps=self.step)  # last: the run is complete only now
         return self.run
 
