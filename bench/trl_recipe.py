@@ -1,6 +1,6 @@
 """Train a method with TRL's GRPOTrainer, the workbench's multi-turn rollout function and its reward functions.
 
-    .venv/bin/python bench/trl_recipe.py --method search_r1 --out runs/trl-search_r1 --steps 1 \\
+    .venv/bin/python bench/trl_recipe.py --method search_r1 --out runs/trl --steps 1 \\
         --group-size 2 --questions-per-step 2 --max-new-tokens 48     # a CPU smoke run (about a minute)
 
 The rollout is our engine (``workbench.integrations.trl.RolloutFunc``: the method's protocol and toolbox, observations
@@ -9,8 +9,11 @@ reward preset, scored on each completion's trajectory (the Rubric's numbers). Th
 ``GRPOConfig`` (``grpo_config_kwargs``: clip, KL beta, loss aggregation, reward scaling, group size, learning rate;
 what TRL has no field for is printed as a note); the flags below override them. LoRA via peft.
 
-Writes into ``--out``: ``metrics.jsonl`` (TRL's log history), ``trajectories.parquet`` (the last batch's
-trajectories, for ``workbench`` inspection), ``adapter/`` (the LoRA adapter) and ``recipe.json`` (what ran).
+Writes a workbench train run into ``--out`` (a runs root; ``workbench.integrations.trl.RunRecorder``): per step the
+trajectories with their rewards (``steps/``) and a ``metrics.jsonl`` row (the workbench trainer's names and TRL's,
+as ``trl/<name>``), ``config.json``, ``adapter/`` (the LoRA adapter), ``trl/`` (TRL's output_dir) and ``recipe.json``
+(what ran): the inspector, the reward playground and ``workbench dashboard --runs <out>`` open it.
+``--report-to tensorboard,trackio`` copies its logs into those trackers (offline, into the run), as ``workbench train``.
 ``--dry-run`` builds the dataset and the GRPOConfig and prints them, without loading a model.
 Tested on CPU with the default model (tests/test_trl.py); not yet run on GPUs.
 """
@@ -21,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -35,7 +37,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", default="world", help="'world' or a corpus file the toolbox searches")
     ap.add_argument("--retriever", default="bm25", choices=("bm25", "dense"))
     ap.add_argument("--model", default=None, help="policy model (default: the workbench's default model)")
-    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--out", required=True, help="runs root the run directory is created in")
+    ap.add_argument("--report-to", default="none", metavar="T[,T...]",
+                    help="experiment trackers: tensorboard, wandb, mlflow, trackio (workbench.rl.trackers; default: none)")
     ap.add_argument("--steps", type=int, default=1, help="optimizer steps (GRPOConfig.max_steps)")
     ap.add_argument("--group-size", type=int, default=None, help="completions per question (default: the paper's)")
     ap.add_argument("--questions-per-step", type=int, default=1, help="questions per step (batch = this x group)")
@@ -56,11 +60,13 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from workbench.integrations.verl.export import _examples  # pure Python: the same dataset choice as verl export
     from workbench.methods import get_method
     from workbench.rewards.export import to_trl
+    from workbench.rl.trackers import tracker_names
     from workbench.rollout.engine import RolloutConfig
 
     for name in ("limit", "steps", "questions_per_step", "max_new_tokens", "max_completion_length", "lora_r"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    tracker_names(args.report_to)  # a library not installed: named before anything loads
     method = get_method(args.method)
     kw, notes = grpo_config_kwargs(args.method)
     train, _, _ = _examples(args.dataset, args.split, args.limit)
@@ -71,13 +77,13 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     kw.update(num_generations=group, learning_rate=float(lr), max_steps=args.steps,
               per_device_train_batch_size=group * args.questions_per_step,
               max_completion_length=args.max_completion_length, seed=args.seed, logging_steps=1, report_to="none",
-              save_strategy="no", gradient_checkpointing=False, output_dir=str(Path(args.out) / "trl"))
+              save_strategy="no", gradient_checkpointing=False, output_dir="trl")  # under the run: train()
     if args.beta is not None:
         kw["beta"] = args.beta
     turns = args.max_turns or method.paper.get("max_turns") or dict(method.train).get("max_turns") or 4
     config = RolloutConfig(max_turns=int(turns), max_new_tokens=args.max_new_tokens, seed=args.seed)
     rf = make_rollout_func(args.method, corpus=args.corpus, retriever=args.retriever, config=config, examples=train)
-    funcs, weights = to_trl(method.rubric(), rf.protocol)
+    funcs, weights = to_trl(method.rubric(), rf.protocol)  # the recorder re-scores with the same (default) features
     kw["reward_weights"] = weights
     return {"method": method, "examples": train, "dataset": trl_dataset(train, rf.protocol), "rollout_func": rf,
             "reward_funcs": funcs, "grpo": kw, "notes": notes, "rollout_config": config.to_dict()}
@@ -91,31 +97,31 @@ def grpo_config(parts: dict[str, Any], on_cpu: bool) -> Any:
     return trl.GRPOConfig(**parts["grpo"], use_cpu=on_cpu, bf16=not on_cpu and torch.cuda.is_bf16_supported())
 
 
-def train(args: argparse.Namespace, parts: dict[str, Any]) -> dict[str, Any]:
+def train(args: argparse.Namespace, parts: dict[str, Any], summary: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Train; returns the run (a workbench train run written by ``RunRecorder``, complete) and TRL's last log."""
     import trl
     from peft import LoraConfig
 
+    from workbench.integrations.trl import RunRecorder
     from workbench.models import load_policy
-    from workbench.trajectory import save_trajectories
+    from workbench.runs import Run
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL: we know
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     model, tok = load_policy(args.model)
     on_cpu = next(model.parameters()).device.type == "cpu"
+    run = Run.create(args.out, kind="train", name=f"trl-{args.method}")
+    parts["grpo"]["output_dir"] = str(run.path / "trl")
+    (run.path / "recipe.json").write_text(json.dumps(summary, indent=2, default=str))
     config = grpo_config(parts, on_cpu)
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    recorder = RunRecorder(parts["rollout_func"], parts["method"].rubric(), run=run, report_to=args.report_to,
+                           config={"method": args.method, "model": args.model or "smollm2-135m", "recipe": summary})
     trainer = trl.GRPOTrainer(model=model, reward_funcs=parts["reward_funcs"], args=config,
                               train_dataset=parts["dataset"], processing_class=tok, rollout_func=parts["rollout_func"],
-                              peft_config=lora)
+                              peft_config=lora, callbacks=[recorder])
     trainer.train()
-    with (out / "metrics.jsonl").open("w", encoding="utf-8") as f:
-        for entry in trainer.state.log_history:
-            f.write(json.dumps(entry) + "\n")
-    save_trajectories(parts["rollout_func"].last_trajectories, out / "trajectories.parquet")
-    trainer.model.save_pretrained(str(out / "adapter"))
-    return next((e for e in reversed(trainer.state.log_history) if "loss" in e), {})
+    return run, next((e for e in reversed(trainer.state.log_history) if "loss" in e), {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             grpo_config(parts, on_cpu=not torch.cuda.is_available())
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError, FileNotFoundError, ModuleNotFoundError) as e:
         ap.exit(2, f"trl_recipe: {e}\n")
     summary = {"method": args.method, "questions": len(parts["examples"]), "grpo": parts["grpo"],
                "rollout": parts["rollout_config"], "notes": parts["notes"],
@@ -139,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(json.dumps(summary, indent=2, default=str))
         return 0
-    last = train(args, parts)
-    (Path(args.out) / "recipe.json").write_text(json.dumps({**summary, "last_log": last}, indent=2, default=str))
+    run, last = train(args, parts, summary)
     print(json.dumps({k: last.get(k) for k in ("loss", "reward", "reward_std", "grad_norm", "step_time",
                                                "completions/mean_length")}, default=str))
+    print(f"run: {run.path}  (workbench dashboard --runs {run.path.parent}; the inspector and the playground open it)")
     return 0
 
 

@@ -251,3 +251,121 @@ def test_recipe_help_dry_run_and_bad_input(tmp_path, capsys):
             recipe.main(["--out", str(tmp_path), "--dry-run", *argv])
         err = capsys.readouterr().err
         assert e.value.code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+# ============================================================================= the TRL run as a workbench run
+
+
+def _trackers_here() -> list[str]:
+    from workbench.rl.trackers import tracker_names
+
+    here = []
+    for name in ("tensorboard", "trackio"):
+        try:
+            here.append(tracker_names(name)[0])
+        except ModuleNotFoundError:
+            pass
+    return here
+
+
+def _opens_everywhere(run, n_rows: int) -> None:
+    """The inspector, the reward playground and the dashboard open the run like a `workbench train` run."""
+    from widgets.inspector_data import load_inspector_data
+    from widgets.playground import playground_features
+    from workbench.dashboard.queries import runs_table, training_curves
+
+    data = load_inspector_data(run)
+    assert len(data.frame) == n_rows and data.reward_stored and data.features is not None
+    assert data.frame["step"].notna().all() and data.trajectories[0].turns
+    feats, note = playground_features(run)
+    assert len(feats) == n_rows and "features.parquet" in note
+    table = runs_table(run.path.parent)
+    row = table[table["run_id"] == run.id].iloc[0]
+    assert (row["kind"], row["status"], row["error"], row["n_trajectories"]) == ("train", "complete", "", n_rows)
+    assert {"reward_mean", "loss", "trl/loss"} <= set(training_curves(run.path.parent)["metric"])
+
+
+def test_run_recorder_writes_each_step_as_the_trainer_does(setup, tokenizer, tmp_path):
+    """``RunRecorder`` driven through TRL's callback order (step end, then the step's log) with the real engine on a
+    scripted backend: one step file per step with the Rubric's rewards, metrics rows joining ours and TRL's."""
+    from transformers import TrainerControl, TrainerState
+
+    from workbench.integrations.trl import RunRecorder
+    from workbench.rollout.backends.scripted import ScriptedBackend
+    from workbench.runs import open_run
+
+    proto, toolbox, examples = setup
+    gold = examples[0].answers[0]
+
+    def script(prompt: str, turn: int) -> str:  # the first question answered right, the second wrong
+        return f"<answer> {gold if examples[0].question in prompt else 'Nobody'} </answer>"
+
+    rf = RolloutFunc(proto, toolbox, backend=ScriptedBackend(tokenizer, script), config=RolloutConfig(max_turns=1),
+                     examples=examples)
+    rubric = get_method(METHOD).rubric()
+    rec = RunRecorder(rf, rubric, run=tmp_path, report_to=",".join(_trackers_here()) or "none",
+                      config={"method": METHOD}, feature_kwargs={"encoder": False, "cache": False})
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, bf16=False, report_to="none",
+                          per_device_train_batch_size=4, num_generations=2)
+    state, control = TrainerState(), TrainerControl()
+    rec.on_train_begin(args, state, control)
+    prompts = [trl_row(ex, proto)["prompt"] for ex in examples for _ in range(2)]  # TRL repeats each prompt G times
+    for step in (1, 2):
+        rec.on_step_begin(args, state, control)
+        rf(prompts)
+        state.global_step = step
+        rec.on_step_end(args, state, control)
+        rec.on_log(args, state, control, logs={"loss": 0.25 * step, "learning_rate": 1e-6, "kl": 0.0,
+                                                "rewards/search_r1_r_em/mean": 0.5, "epoch": 0.5 * step})
+    rec.on_log(args, state, control, logs={"train_runtime": 1.5, "train_loss": 0.375, "epoch": 1.0})
+    rec.on_train_end(args, state, control)
+
+    run = open_run(rec.run.path)
+    assert run.complete and run.config["source"] == "trl" and run.config["reward"] == rubric.name
+    assert run.config["trl"]["num_generations"] == 2 and run.config["method"] == METHOD
+    rows = run.step_metrics()
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # ours (from the trajectories) and TRL's (ours renamed, all as trl/<name>) in one row
+        assert r["reward_mean"] == 0.5 and r["reward_r_em_mean"] == 0.5 and r["generated_trajectories"] == 4
+        assert r["mixed_group_share"] == 0.0 and r["cem"] == 0.5 and r["lr"] == 1e-6
+        assert r["loss"] == r["trl/loss"] == 0.25 * r["step"] and r["trl/rewards/search_r1_r_em/mean"] == 0.5
+    frame = run.trajectories_frame(columns=["step", "reward", "example_id"])
+    assert list(frame.step) == [1] * 4 + [2] * 4
+    assert list(frame.reward) == [1.0, 1.0, 0.0, 0.0] * 2  # the Rubric's numbers on each trajectory
+    assert {e.id for e in run.examples()} == {e.id for e in examples}
+    assert run.metrics()["trl"]["train_loss"] == 0.375 and run.metrics()["reward_last"] == 0.5
+    _opens_everywhere(run, 8)
+    if "tensorboard" in _trackers_here():
+        from tests.test_trackers import read_tensorboard
+
+        values, texts = read_tensorboard(run.path)
+        assert values["trl/loss"] == {1: 0.25, 2: 0.5} and values["reward_mean"] == {1: 0.5, 2: 0.5}
+        header, *table = texts["completions"][2]
+        assert len(table) == 4 and dict(zip(header, table[0]))["gold"] == " | ".join(examples[0].answers)
+
+
+@pytest.mark.slow
+def test_the_recipe_writes_a_run_the_inspector_opens(tmp_path, capsys, monkeypatch):
+    """bench/trl_recipe.py with a real GRPOTrainer step: its run opens in the inspector, the playground and the
+    dashboard, and its logs are in TensorBoard and Trackio (when installed)."""
+    from workbench.runs import open_run
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    here = _trackers_here()
+    assert _recipe().main(["--method", METHOD, "--out", str(tmp_path), "--steps", "1", "--limit", "2",
+                           "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "12", "--beta", "0",
+                           "--max-completion-length", "64", "--report-to", ",".join(here) or "none"]) == 0
+    (path,) = tmp_path.iterdir()
+    assert f"run: {path}" in capsys.readouterr().out
+    run = open_run(path)
+    (row,) = run.step_metrics()
+    assert row["step"] == 1 and math.isfinite(row["trl/loss"]) and row["generated_trajectories"] == 2
+    assert row["response_len"] == pytest.approx(row["trl/completions/mean_length"])  # policy tokens, counted alike
+    assert (run.path / "adapter" / "adapter_model.safetensors").exists() and (run.path / "recipe.json").exists()
+    _opens_everywhere(run, 2)
+    if "trackio" in here:
+        from tests.test_trackers import read_trackio
+
+        steps, config = read_trackio(run.path, run.id, monkeypatch)
+        assert steps[1]["trl/loss"] == row["trl/loss"] and len(steps[1]["completions"]["_value"]) == 2
+        assert config["source"] == "trl"

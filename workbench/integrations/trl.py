@@ -29,6 +29,10 @@ string (``</answer>``), not at EOS, so ``mask_truncated_completions=True`` would
 and TRL's ``completions/clipped_ratio`` counts such completions as clipped. Longer completions than
 ``max_completion_length`` are cut there (as the verl agent loop cuts at ``response_length``).
 
+:class:`RunRecorder` (a ``TrainerCallback``: ``GRPOTrainer(..., callbacks=[RunRecorder(rollout_func, rubric)])``)
+writes the TRL run down as a workbench train run, per step, so the inspector, the reward playground and the dashboard
+open it; ``report_to`` copies it into experiment trackers as ``workbench train --report-to`` does.
+
 Tested on CPU (a real ``GRPOTrainer`` step with LoRA on the default model; ids and masks equal the engine's);
 not yet run on GPUs.
 """
@@ -39,14 +43,26 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
+import os
+import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
+
+import numpy as np
+from transformers import TrainerCallback
 
 from workbench.data.example import Example
 from workbench.protocols.base import Protocol
+from workbench.rewards.rubric import Rubric
+from workbench.rl.advantages import FilterStats
+from workbench.rl.steplog import StepBatch, finalize_run, step_row, write_step
+from workbench.rl.trackers import Trackers, tracker_names
 from workbench.rollout.backends.base import Backend, encode_chat
 from workbench.rollout.engine import RolloutConfig, rollout
+from workbench.runs import Run
 from workbench.tools.base import Toolbox
 from workbench.trajectory import Trajectory
 
@@ -156,6 +172,8 @@ class RolloutFunc:
         """How many times it ran (one per generation batch)."""
         self.last_trajectories: list[Trajectory] = []
         """The trajectories of the last call (for a notebook or a test to inspect)."""
+        self.listeners: list[Callable[[list[Trajectory], float], None]] = []
+        """Called after each call with its trajectories and seconds (:class:`RunRecorder` writes them down)."""
 
     def __call__(self, prompts: Sequence[Any], trainer: Any = None) -> dict[str, list[Any]]:
         args = getattr(trainer, "args", None)
@@ -170,6 +188,7 @@ class RolloutFunc:
         prompt_ids = [encode_chat(tok, m) for m in msgs]
         cfg, limit = self._config(args, trainer, prompt_ids)
         model = getattr(backend, "model", None)
+        t0 = time.perf_counter()
         with _generating(model) if trainer is not None and model is not None else contextlib.nullcontext():
             trajs = rollout(examples, self.protocol, self.toolbox, backend, cfg, progress=False,
                             meta={"trainer": "trl"}, prompt_ids=prompt_ids)
@@ -180,6 +199,8 @@ class RolloutFunc:
             member[t.example_id] += 1
         self.calls += 1
         self.last_trajectories = trajs
+        for listener in self.listeners:
+            listener(trajs, time.perf_counter() - t0)
         pad = getattr(tok, "pad_token_id", None)
         return rollout_output(trajs, limit, pad if pad is not None else min(backend.eos_token_ids() or {0}))
 
@@ -255,6 +276,184 @@ def make_rollout_func(method: str | None = None, *, protocol: str | Protocol | N
         turns = paper.get("max_turns")
         config = RolloutConfig(max_turns=int(turns)) if turns else RolloutConfig()
     return RolloutFunc(proto, toolbox, config=config, backend=backend, examples=examples)
+
+
+# ============================================================================= the run TRL trains, as a workbench run
+
+#: TRL's log names that the workbench trainer logs under another name (metrics.jsonl), so the curves of both line
+#: up; every number TRL logs is also kept as ``trl/<its name>``.
+TRL_METRICS = {"loss": "loss", "kl": "kl", "entropy": "entropy", "grad_norm": "grad_norm", "learning_rate": "lr",
+               "clip_ratio/region_mean": "clip_frac"}
+
+
+def trl_metrics(logs: Mapping[str, Any]) -> dict[str, float]:
+    """A TRL log (``GRPOTrainer.log``'s dict) as metrics.jsonl entries: :data:`TRL_METRICS` under our names, every
+    number as ``trl/<name>``; TRL's evaluation logs (``eval_*``) keep their names.
+
+    >>> trl_metrics({"loss": 0.5, "rewards/r_em/mean": 1.0, "eval_reward": 0.25, "epoch": "x"})
+    {'loss': 0.5, 'trl/loss': 0.5, 'trl/rewards/r_em/mean': 1.0, 'eval_reward': 0.25}
+    """
+    out: dict[str, float] = {}
+    for k, v in logs.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            continue
+        if k.startswith("eval_"):
+            out[k] = float(v)
+            continue
+        if k in TRL_METRICS:
+            out[TRL_METRICS[k]] = float(v)
+        out[f"trl/{k}"] = float(v)
+    return out
+
+
+class RunRecorder(TrainerCallback):
+    """A ``GRPOTrainer`` run with our :class:`RolloutFunc` written down as a workbench run of kind ``train`` (source
+    ``trl``), which the inspector, the reward playground and the dashboard open like one of ``workbench train``'s.
+
+    Per optimizer step (TRL's ``global_step``): ``steps/<step>.trajectories.parquet`` and ``.features.parquet`` (every
+    trajectory the rollout function produced for it, with its features, the rubric's ``reward`` and
+    ``reward_<component>``; ``kept`` True, ``advantage`` NaN: TRL computes its advantages from all its reward
+    functions) and a ``metrics.jsonl`` row with the workbench trainer's names (reward mean/std per component, cover-EM,
+    searches, response length, seconds per phase; TRL's loss, KL, entropy, grad norm, lr and clip fraction;
+    and every number TRL logs as ``trl/<name>``). At the end: ``trajectories.parquet`` / ``features.parquet`` joined,
+    ``metrics.json``, ``examples.jsonl``, the LoRA adapter in ``adapter/`` (a PEFT model) and the completion marker.
+    ``report_to`` sends the rows, the config and each step's completions to the experiment trackers
+    (:mod:`workbench.rl.trackers`), as ``workbench train --report-to`` does. Only the main process writes (its
+    rollouts: under data parallel, the other processes' trajectories are not recorded).
+
+    Args:
+        rollout_func: the trainer's rollout function (the recorder listens to it).
+        rubric: the reward the trainer's reward functions compute (``to_trl(rubric, ...)``): re-scored here on the
+            same trajectories with ``feature_kwargs`` (give the same ``encoder`` / ``cache`` / judges as ``to_trl``).
+        run: a :class:`Run` to write into, or the runs root a new run is created in at the start of training.
+        name: the label in a new run's id (default ``trl-<protocol>``).
+        config: more entries for ``config.json`` (the method, the model...).
+        report_to: a ``--report-to`` value (checked now: a library not installed is named before training).
+    """
+
+    def __init__(self, rollout_func: RolloutFunc, rubric: Rubric, *, run: Run | str | os.PathLike | None = None,
+                 name: str | None = None, config: Mapping[str, Any] | None = None, report_to: str = "none",
+                 feature_kwargs: Mapping[str, Any] | None = None):
+        self.rf, self.rubric = rollout_func, rubric
+        self._target, self.name, self.extra = run, name, dict(config or {})
+        self.report_to = ",".join(tracker_names(report_to)) or "none"
+        self.feature_kwargs = dict(feature_kwargs or {})
+        self.run: Run | None = None
+        self.trackers = Trackers("none")
+        self._pending: list[tuple[list[Trajectory], float]] = []
+        self._step: tuple[dict[str, Any], StepBatch | None] | None = None  # written when TRL logs it
+        self._examples: dict[str, Example] = {}
+        self._summary: dict[str, Any] = {}
+        self._t0 = time.perf_counter()
+        rollout_func.listeners.append(self._collect)
+
+    # ------------------------------------------------------------------ TRL's hooks
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        model = kwargs.get("model")
+        cfg = {"source": "trl", "kind": "train", "protocol": self.rf.protocol.name, "reward": self.rubric.name,
+               "preset": getattr(args, "loss_type", None) or "grpo",
+               "model": getattr(getattr(model, "config", None), "_name_or_path", None),
+               "protocol_config": self.rf.protocol.config(), "rollout": self.rf.config.to_dict(),
+               "report_to": self.report_to, **self.extra,
+               "trl": json.loads(json.dumps(args.to_dict(), default=str))}
+        if isinstance(self._target, Run):
+            self.run = self._target
+            self.run.update_config(**cfg)
+        else:
+            self.run = Run.create(self._target, kind="train", name=self.name or f"trl-{self.rf.protocol.name}",
+                                  config=cfg)
+        self._examples = {ex.id: ex for ex in self.rf.examples.values()}
+        self.run.write_examples(list(self._examples.values()))
+        self.trackers = Trackers(self.report_to, self.run)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.run is None:
+            return
+        self._write()  # a step TRL did not log (logging_steps > 1)
+        seconds = time.perf_counter() - self._t0
+        if not self._pending:  # no new rollouts for this step (TRL reuses a generation batch): TRL's numbers only
+            self._step = ({"step": state.global_step, "time_step_s": seconds}, None)
+            return
+        sb = self._step_batch(state.global_step)
+        self._step = (step_row(sb, {}, seconds, state.global_step, 1), sb)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.run is None or not logs:
+            return
+        if "train_runtime" in logs:  # the end-of-training summary: into metrics.json
+            self._summary = dict(logs)
+            return
+        if self._step is not None and self._step[0]["step"] == state.global_step:
+            self._step[0].update(trl_metrics(logs))
+            self._write()
+        else:  # a log of no step of ours (an evaluation)
+            row = {"step": state.global_step, **trl_metrics(logs)}
+            self.run.append_step_metrics(row)
+            self.trackers.log_row(row)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.run is None:
+            return
+        self._write()
+        self.run.write_examples(list(self._examples.values()))  # with the prompts no example matched
+        model = kwargs.get("model")
+        if model is not None and hasattr(model, "peft_config"):
+            model.save_pretrained(str(self.run.path / "adapter"))
+        names = SimpleNamespace(**{k: self.run.config.get(k) for k in ("preset", "reward", "protocol")})
+        summary = finalize_run(self.run, names, state.global_step)  # what it reads of a TrainConfig
+        self.run.write_metrics({**summary, "source": "trl", "trl": self._summary})
+        self.trackers.close()
+        self.run.mark_complete(source="trl", steps=state.global_step)
+
+    # ------------------------------------------------------------------ the steps
+    def _collect(self, trajs: list[Trajectory], seconds: float) -> None:
+        if self.run is not None:
+            self._pending.append((list(trajs), seconds))
+
+    def _step_batch(self, step: int) -> StepBatch:
+        """The rollouts since the last step, scored with the rubric, as the workbench trainer's :class:`StepBatch`."""
+        from workbench.rewards.features import compute_features
+
+        trajs = [t for ts, _ in self._pending for t in ts]
+        secs = sum(s for _, s in self._pending)
+        self._pending.clear()
+        for t in trajs:  # a prompt outside the dataset: its example, without answers, as the rollout made it
+            self._examples.setdefault(t.example_id, Example(id=t.example_id, question=t.question, answers=[],
+                                                            dataset="trl"))
+        t0 = time.perf_counter()
+        features = compute_features(trajs, self._examples, **self.feature_kwargs)
+        table = self.rubric(features)
+        features["step"], features["round"] = step, 0
+        features["reward"] = rewards = np.asarray(table.total, dtype=np.float64)
+        for comp in table.components:
+            features[f"reward_{comp}"] = table.values[comp]
+        features["kept"], features["advantage"] = True, math.nan
+        for t, r in zip(trajs, rewards):
+            t.meta.update(step=step, reward=float(r), advantage=math.nan, kept=True)
+        groups: dict[str, list[float]] = {}
+        for g, r in zip(features["group_id"], rewards):
+            groups.setdefault(str(g), []).append(float(r))
+        mixed = sum(len({r for r in rs if r == r}) > 1 for rs in groups.values()) / max(1, len(groups))
+        stats = FilterStats(target=len(groups), rounds=1, generated=len(groups), generated_trajectories=len(trajs),
+                            kept=len(groups))
+        return StepBatch(trajs, rewards, np.full(len(trajs), math.nan), trajs, features, table, stats, mixed,
+                         {"rollout": secs, "reward": time.perf_counter() - t0}, int(np.isnan(rewards).sum()))
+
+    def _write(self) -> None:
+        if self._step is None:
+            return
+        (row, sb), self._step = self._step, None
+        if sb is None:
+            self.run.append_step_metrics(row)
+            self.trackers.log_row(row)
+        else:
+            write_step(self.run, row["step"], sb, row)
+            self.trackers.log_step(row, sb.generated, sb.features, self._examples.values())
 
 
 # ============================================================================= GRPOConfig from a method
