@@ -269,3 +269,19 @@ def test_train_searches_the_index(built, tmp_path):
     assert [h.id for h in tr.toolbox.call("search", query=q, k=3).hits()] == [h.id for h in want]
     with pytest.raises(ValueError, match="retriever is 'bm25': add --retriever dense"):
         TrainConfig(index=str(built["index"]))
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["serve-retrieval", "--index", "x.index"], "--index x.index is a dense (faiss) index: add --retriever dense"),
+    (["eval", "--method", "search_r1", "--index", "x.index"], "--index is for dense search: add --retriever dense"),
+    (["eval", "--method", "search_r1", "--retriever", "dense", "--pooling", "cls", "--retrieval-url",
+      "http://127.0.0.1:9"], "--pooling and --retrieval-url"),
+    (["eval", "--method", "search_r1", "--retriever", "dense", "--index", "x.index", "--dataset", "q.json",
+      "--corpus", "pooled"], "holds the vectors of one corpus"),
+    (["ask", "q", "--retriever", "dense", "--pooling", "pooler"], "unknown --pooling 'pooler'"),
+])
+def test_index_flags_are_checked_in_one_line(argv, says, capsys):
+    from workbench import cli
+
+    assert cli.main(argv) == 2
+    assert says in capsys.readouterr().err

@@ -47,12 +47,20 @@ def line_offsets(path: str | os.PathLike) -> np.ndarray:
     return np.append(starts_all, ends_all[-1] if len(ends_all) else 0)
 
 
-def _cached_offsets(path: Path) -> np.ndarray:
-    from workbench.io import atomic_path, stable_hash
+def offsets_path(path: str | os.PathLike) -> Path:
+    """Where the line offsets of the corpus file ``path`` are cached (keyed by its path, size and modification time)."""
+    from workbench.io import stable_hash
     from workbench.paths import cache_dir
 
+    path = Path(path)
     st = path.stat()
-    cache = cache_dir() / "corpus-offsets" / f"{stable_hash([str(path.resolve()), st.st_size, st.st_mtime_ns])}.npy"
+    return cache_dir() / "corpus-offsets" / f"{stable_hash([str(path.resolve()), st.st_size, st.st_mtime_ns])}.npy"
+
+
+def _cached_offsets(path: Path) -> np.ndarray:
+    from workbench.io import atomic_path
+
+    cache = offsets_path(path)
     if cache.exists():
         return np.load(cache, mmap_mode="r")
     with atomic_path(cache) as tmp, open(tmp, "wb") as f:
