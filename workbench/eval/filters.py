@@ -116,6 +116,33 @@ def filter_trajectories(
     return np.flatnonzero(keep.to_numpy()).tolist()
 
 
+def describe_filters(run: Any = None, dataset: Any = None, method: Any = None, protocol: Any = None,
+                     hops: Any = None, correct: bool | None = None, correct_metric: str = "cem",
+                     f1_threshold: float = 0.5, reward: tuple[float, float] | None = None,
+                     searches: tuple[int, int] | None = None, failed: Any = None, text: str = "") -> list[str]:
+    """The active filters of :func:`filter_trajectories` as short phrases ([] when none is set).
+
+    >>> describe_filters(correct=False, searches=(1, 3), method="search_r1")
+    ['method search_r1', 'answer wrong (cover-EM)', 'searches 1–3']
+    """
+    out = [f"{name} {v if isinstance(v, str) or not isinstance(v, Collection) else ', '.join(map(str, v))}"
+           for name, v in (("run", run), ("dataset", dataset), ("method", method), ("protocol", protocol),
+                           ("hops", hops)) if v is not None]
+    if correct is not None:
+        rule = "cover-EM" if correct_metric == "cem" else f"F1 ≥ {f1_threshold:g}"
+        out.append(f"answer {'right' if correct else 'wrong'} ({rule})")
+    if reward is not None:
+        out.append(f"reward {reward[0]:.3g}–{reward[1]:.3g}")
+    if searches is not None:
+        out.append(f"searches {searches[0]}–{searches[1]}")
+    if failed is not None:
+        out.append("something failed" if failed is True else "nothing failed" if failed is False else
+                   f"{failed if isinstance(failed, str) else ', '.join(failed)} failed")
+    if text:
+        out.append(f"text “{text}”")
+    return out
+
+
 def same_question(frame: pd.DataFrame, i: int, source: str) -> int | None:
     """The row of ``source`` (a ``run · method`` label) on row ``i``'s question (same sample index first)."""
     q, s = frame.at[i, "question"], frame.at[i, "sample_idx"]
