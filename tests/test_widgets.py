@@ -169,15 +169,39 @@ def test_full_text_search_finds_an_observation_string(runs):
     assert "No trajectory matches" in ins.transcript.value and "<b>0</b> of 6" in ins.count_w.value
 
 
-def test_diff_shows_both_methods_on_one_question(runs):
+def test_diff_shows_both_methods_on_one_question(runs, questions):
     ins = trajectory_inspector(runs[0]).inspector
     (i,) = ins.set_filters(method="search_r1", hops=2)
+    assert ins.diff.value == ""  # drawn when the tab opens: navigation does not pay for it
+    ins.tabs.selected_index = 3
     assert (ins.left_w.value, ins.right_w.value) == ("search_r1", "direct")
     d = ins.diff.value
     summary, columns = d.split("</table>", 1)
     assert "search_r1" in summary and "direct" in summary
     assert "✔ yes" in summary and "✘ no" in summary and "Nobody" in summary  # the direct answer was wrong
-    assert columns.count("turn 0 ·") == 2 and SECRET in columns  # both transcripts; only the agent saw the clue
+    assert questions[1].answers[0] in summary and "background:#fff3b0" in summary  # gold; the differences marked
+    assert "<span style='background:#c8f0c8'>Nobody</span>" in summary  # the words only the right answer has
+    assert columns.count("turn 0 · policy") == 2 and SECRET in columns  # both transcripts; only the agent saw the clue
+
+
+def test_comparison_over_every_shared_question(runs, questions):
+    ins = trajectory_inspector(runs[0]).inspector
+    ins.tabs.selected_index = 3
+    ins.left_w.value, ins.right_w.value = "direct", "search_r1"
+    pairs = ins.comparison()
+    by_q = dict(zip(pairs["question"], pairs["category"]))
+    assert by_q == {questions[0].question: "both right", questions[1].question: "fixed",
+                    questions[2].question: "both wrong"}
+    assert list(pairs["category"]) == ["fixed", "both wrong", "both right"]  # fixed first
+    view = ins.pairs_view.value
+    assert "1 fixed" in view and "0 broken" in view and questions[1].answers[0] in view  # counts; gold in the table
+    ins.category_w.value = "fixed"
+    (label, row), = [o for o in ins.pair_w.options if o[1] >= 0]
+    assert label.startswith("fixed") and ins.frame.at[row, "question"] == questions[1].question
+    ins.set_filters(method="direct", hops=1)  # a filter that hides the pair is cleared to open it
+    ins.pair_w.value = row
+    assert ins.pick.value == row and "filters cleared to show" in ins.count_w.value
+    assert (ins.left_w.value, ins.right_w.value) == ("direct", "search_r1") and SECRET in ins.diff.value
 
 
 def test_open_on_difference_shows_the_question_the_second_method_gained(runs, questions):
@@ -185,16 +209,42 @@ def test_open_on_difference_shows_the_question_the_second_method_gained(runs, qu
     ins.set_filters(method="direct", hops=1)  # filters that hide the question are reset
     i = ins.open_on_difference("direct", "search_r1")  # search_r1 answers q2, direct does not
     assert ins.frame.at[i, "question"] == questions[1].question and ins.frame.at[i, "source"] == "direct"
-    assert ins.pick.value == i and ins.tabs.selected_index == 3
+    assert ins.pick.value == i and ins.tabs.selected_index == 3 and "filtered by" not in ins.count_w.value
     assert (ins.left_w.value, ins.right_w.value) == ("direct", "search_r1")
-    assert "✔ yes" in ins.diff.value and "✘ no" in ins.diff.value
-    assert ins.open_on_difference("direct", "direct") is None  # the same scores everywhere: said, nothing moves
+    assert "✔ yes" in ins.diff.value and "✘ no" in ins.diff.value and "gained most cover-EM" in ins.diff.value
+    # the same scores everywhere: the diff still opens, on the first shared question, and says why
+    j = ins.open_on_difference("direct", "direct")
+    assert j is not None and ins.tabs.selected_index == 3 and "score the same" in ins.diff.value
     assert ins.open_on_difference("direct", "nope") is None and "No trajectories of nope" in ins.diff.value
+
+
+def test_gold_answer_beside_the_prediction_everywhere(runs, questions):
+    ins = trajectory_inspector(runs[0]).inspector
+    (i,) = ins.set_filters(method="direct", hops=2)
+    gold = questions[1].answers[0]
+    assert gold in ins.transcript.value and "prediction <code>Nobody</code>" in ins.transcript.value
+    assert "✘ wrong</b> by cover-EM = 1" in ins.transcript.value
+    assert f"gold: {gold}"[:30] in ins.pick.options[0][0] and "✘" in ins.pick.options[0][0]
+    assert gold in ins.table.value  # the matches table has a gold column
+    assert ins.frame.at[i, "gold"] == questions[1].answers
+
+
+def test_the_count_says_why_the_inspector_is_filtered(runs):
+    ins = trajectory_inspector(runs[0]).inspector
+    assert "filtered by" not in ins.count_w.value and ins.clear_w.layout.display == "none"
+    ins.set_filters(correct=False, searches=(1, 2))
+    assert "filtered by: answer wrong (cover-EM) · searches 1–2" in ins.count_w.value
+    assert "set from code: set_filters(correct=False, searches=(1, 2))" in ins.count_w.value
+    ins.method_w.value = "search_r1"  # a widget moved: the reader's own filters, no "from code"
+    assert "method search_r1" in ins.count_w.value and "set from code" not in ins.count_w.value
+    ins.clear_w.click()
+    assert "<b>6</b> of 6" in ins.count_w.value and "filtered by" not in ins.count_w.value
 
 
 def test_diff_of_two_runs_on_the_same_question(runs):
     ev, tr = runs
     ins = trajectory_inspector([ev, tr]).inspector
+    ins.tabs.selected_index = 3
     assert set(ins.frame["source"]) == {"eval · direct", "eval · search_r1", "train · search_r1"}
     (i,) = ins.set_filters(run="train", hops=1)
     assert ins.left_w.value == "train · search_r1" and ins.right_w.value.startswith("eval · ")
@@ -203,6 +253,7 @@ def test_diff_of_two_runs_on_the_same_question(runs):
     assert "train · search_r1" in summary and "eval · search_r1" in summary and "✔ yes" in summary and "✘ no" in summary
     ins.set_filters(hops=2)  # the right-hand source is kept while it has the question
     assert ins.right_w.value == "eval · search_r1" and ins.left_w.value == ins.frame.at[ins.pick.value, "source"]
+    assert sorted(ins.comparison()["category"]) == ["both wrong", "fixed", "fixed"]  # train got none right
 
 
 def test_token_view_marks_masked_tokens_and_shows_logprobs(runs, tokenizer):

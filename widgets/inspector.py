@@ -25,7 +25,18 @@ import pandas as pd
 
 from widgets.inspector_data import FEATURE_MODES, TABLE_COLUMNS, InspectorData, load_inspector_data
 from widgets.trajectory import tokens_html, turns_html
-from workbench.eval.filters import FAILURE_KINDS, correct_mask, filter_trajectories
+from workbench.eval.compare import (
+    CATEGORIES,
+    MISSING,
+    best_gain,
+    category_counts,
+    gold_list,
+    is_missing,
+    pair_table,
+    show,
+    word_diff,
+)
+from workbench.eval.filters import FAILURE_KINDS, correct_mask, describe_filters, filter_trajectories
 from workbench.runs import Run
 from workbench.trajectory import Trajectory
 
@@ -33,6 +44,10 @@ __all__ = ["FEATURE_MODES", "TABLE_COLUMNS", "InspectorData", "TrajectoryInspect
            "trajectory_inspector"]
 #: Matches listed in the trajectory picker at once (prev / next walk through all of them).
 PAGE = 200
+#: Pairs listed in the diff tab's comparison table (the "open" picker lists up to ``PAIRS`` of the category).
+PAIR_ROWS, PAIRS = 20, 500
+#: Position of the diff tab among the inspector's tabs.
+DIFF_TAB = 3
 #: Full-text search keeps the first this many matches in table order (DuckDB stops reading there; the count
 #: then shows "N+": narrow the search, or pick a run, to see all).
 TEXT_HITS = 10_000
@@ -50,18 +65,28 @@ def failures_html(failure: str | None) -> str:
 
 
 def _fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return html.escape(str(v))
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return html.escape(gold_text(v))
+    return html.escape(show(v))
+
+
+def gold_text(golds: Any, limit: int = 2) -> str:
+    """Gold aliases as one short cell: the first ``limit`` joined by " | " ("+n" for the rest); MISSING if none.
+
+    >>> gold_text(["Paris", "City of Paris", "Lutetia"]), gold_text(None)
+    ('Paris | City of Paris +1', '–')
+    """
+    g = gold_list(golds)
+    if not g:
+        return MISSING
+    return " | ".join(g[:limit]) + (f" +{len(g) - limit}" if len(g) > limit else "")
 
 
 def _table(rows: list[dict[str, Any]], cols: Sequence[str], bold_first: bool = False) -> str:
     head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(c)}</th>" for c in cols)
     body = "".join(
         "<tr>" + "".join(
-            f"<td style='padding:2px 8px'>{'<b>' if bold_first and k == 0 else ''}{_fmt(r.get(c))}"
+            f"<td style='padding:2px 8px;text-align:left'>{'<b>' if bold_first and k == 0 else ''}{_fmt(r.get(c))}"
             f"{'</b>' if bold_first and k == 0 else ''}</td>" for k, c in enumerate(cols)
         ) + "</tr>"
         for r in rows
@@ -71,28 +96,111 @@ def _table(rows: list[dict[str, Any]], cols: Sequence[str], bold_first: bool = F
 
 def _verdict(row: pd.Series, metric: str, threshold: float) -> str:
     ok = correct_mask(row.to_frame().T, metric, threshold).iloc[0]
-    return "–" if pd.isna(ok) else ("✔ yes" if ok == 1.0 else "✘ no")
+    return MISSING if pd.isna(ok) else ("✔ yes" if ok == 1.0 else "✘ no")
+
+
+_SAME, _DIFF = "", "background:#fff3b0"
+
+
+def _word_marks(a: Any, b: Any) -> tuple[str, str]:
+    """Both answers as HTML with the words that differ marked (deleted on the left, inserted on the right)."""
+    if is_missing(a) or is_missing(b):
+        return html.escape(show(a)), html.escape(show(b))
+    left, right = [], []
+    for op, x, y in word_diff(a, b):
+        if op == "equal":
+            left.append(html.escape(x))
+            right.append(html.escape(y))
+            continue
+        if x:
+            left.append(f"<span style='background:#ffd6d6'>{html.escape(x)}</span>")
+        if y:
+            right.append(f"<span style='background:#c8f0c8'>{html.escape(y)}</span>")
+    return " ".join(left), " ".join(right)
 
 
 def diff_html(frame: pd.DataFrame, trajs: Sequence[Trajectory], left: int | None, right: int | None,
-              metric: str = "cem", threshold: float = 0.5, highlight: str = "") -> str:
-    """Two trajectories side by side: a summary row (answer, correct?, searches) and both transcripts."""
+              metric: str = "cem", threshold: float = 0.5, highlight: str = "", examples: Any = None,
+              note: str = "") -> str:
+    """Two trajectories side by side: a summary (gold, both answers with the differing words marked, verdicts,
+    scores, searches and the queries only one side issued, each differing cell highlighted) and both transcripts.
+    ``examples(i)``: row ``i``'s Example (gold answers and passages) or None."""
+    rows = [(i, frame.loc[i] if i is not None else None) for i in (left, right)]
+    trs = [trajs[i] if i is not None else None for i in (left, right)]
+    queries = [list(t.queries) if t is not None else [] for t in trs]
+    a_l, a_r = _word_marks(*(r["answer"] if r is not None else None for _, r in rows))
+    gold = next((r["gold"] for _, r in rows if r is not None and gold_list(r["gold"])), None)
+
+    def cell(r: pd.Series | None, key: str) -> str:
+        if r is None:
+            return MISSING
+        if key == "correct?":
+            return _verdict(r, metric, threshold)
+        if key == "searches":
+            return show(r["n_searches"])
+        return _fmt(r.get(key))
+
+    fields = [("source", "source"), ("correct?", "correct?"), ("cover-EM", "cem"), ("F1", "f1"), ("EM", "em"),
+              ("searches", "searches"), ("policy tokens", "n_policy_tokens"), ("reward", "reward"),
+              ("finish", "finish_reason"), ("failed", "failed")]
+    body = ["<colgroup><col style='width:110px'><col><col></colgroup>",
+            f"<tr><th style='text-align:left;padding:2px 8px'>gold</th><td colspan=2 style='padding:2px 8px;text-align:left'>"
+            f"<code style='background:#e6f4ea'>{html.escape(' | '.join(gold_list(gold)) or MISSING)}</code></td></tr>",
+            "<tr><th style='text-align:left;padding:2px 8px'>answer</th>"
+            + "".join(f"<td style='padding:2px 8px;text-align:left;{_DIFF if a_l != a_r else _SAME}'>{a}</td>"
+                      for a in (a_l, a_r))
+            + "</tr>"]
+    for label, key in fields:
+        vals = [cell(r, key) for _, r in rows]
+        style = _DIFF if vals[0] != vals[1] and key != "source" else _SAME
+        body.append(f"<tr><th style='text-align:left;padding:2px 8px'>{label}</th>"
+                    + "".join(f"<td style='padding:2px 8px;text-align:left;{style}'>"
+                              f"{'<b>' if key == 'source' else ''}{html.escape(v)}"
+                              f"{'</b>' if key == 'source' else ''}</td>" for v in vals) + "</tr>")
+    only = [[q for q in queries[k] if q not in queries[1 - k]] for k in (0, 1)]
+    body.append("<tr><th style='text-align:left;padding:2px 8px'>queries</th>" + "".join(
+        "<td style='padding:2px 8px;text-align:left'>" + (" · ".join(
+            f"<span style='{_DIFF if q in only[k] else _SAME}'>{html.escape(q)}</span>" for q in queries[k])
+            or MISSING) + "</td>" for k in (0, 1)) + "</tr>")
+    head = (f"<div style='font-family:sans-serif;font-size:12px;color:#555'>{html.escape(note)}</div>" if note else "")
+    summary = (f"{head}<table class='wb-diff-summary' style='border-collapse:collapse;font-family:sans-serif;"
+               f"font-size:12px;width:100%;table-layout:fixed'>{''.join(body)}</table>"
+               "<div style='font-family:sans-serif;font-size:11px;color:#777'>highlighted: what differs between the two "
+               "sides (answer words: red = only left, green = only right; queries only one side issued)</div>")
     cols = []
-    summary = []
-    for i in (left, right):
+    for (i, r), t in zip(rows, trs):
         if i is None:
             cols.append("<i>no trajectory of this source on this question</i>")
-            summary.append({"source": "–"})
             continue
-        r = frame.loc[i]
-        summary.append({"source": r["source"], "answer": r["answer"], "correct?": _verdict(r, metric, threshold),
-                        "F1": r["f1"], "searches": int(r["n_searches"]), "reward": r["reward"],
-                        "finish": r["finish_reason"], "failed": r.get("failed") or ""})
-        cols.append(failures_html(r.get("failure")) + turns_html(trajs[i], highlight=highlight))
-    head = _table(summary, ["source", "answer", "correct?", "F1", "searches", "reward", "finish", "failed"],
-                  bold_first=True)
-    cells = "".join(f"<td style='vertical-align:top;width:50%;padding:0 6px'>{c}</td>" for c in cols)
-    return f"{head}<table style='width:100%;table-layout:fixed'><tr>{cells}</tr></table>"
+        ex = examples(i) if examples is not None else None
+        cols.append(failures_html(r.get("failure")) + turns_html(t, highlight=highlight, example=ex, metric=metric,
+                                                                  threshold=threshold))
+    cells = "".join(f"<td style='vertical-align:top;width:50%;padding:0 6px;text-align:left'>{c}</td>" for c in cols)
+    return f"{summary}<table style='width:100%;table-layout:fixed'><tr>{cells}</tr></table>"
+
+
+def pairs_html(pairs: pd.DataFrame, max_rows: int = PAIR_ROWS) -> str:
+    """The comparison of two sources: counts per category, then the first ``max_rows`` pairs (gold, both answers and
+    scores)."""
+    a = pairs.attrs
+    counts = category_counts(pairs)
+    colour = {"fixed": "#1b7f3b", "broken": "#b00020", "both wrong": "#8a5a00", "both right": "#1b4f72",
+              "unknown": "#666"}
+    head = (f"<div style='font-family:sans-serif;font-size:13px;margin:4px 0'><b>{html.escape(str(a.get('left')))}</b>"
+            f" → <b>{html.escape(str(a.get('right')))}</b> over {len(pairs)} shared question samples: "
+            + " · ".join(f"<b style='color:{colour[c]}'>{n} {c}</b>" for c, n in counts.items())
+            + (f" · only left: {a['only_left']} questions" if a.get("only_left") else "")
+            + (f" · only right: {a['only_right']} questions" if a.get("only_right") else "") + "</div>")
+    if pairs.empty:
+        return head + "<i>No question answered by both.</i>"
+    metric = "cover-EM" if a.get("metric") == "cem" else f"F1 ≥ {a.get('threshold', 0.5):g}"
+    rows = [{"category": r.category, "question": r.question, "gold": gold_text(r.gold),
+             "left answer": r.left_answer, f"left {metric}": r.left_score, "left F1": r.left_f1,
+             "right answer": r.right_answer, f"right {metric}": r.right_score, "right F1": r.right_f1}
+            for r in pairs.head(max_rows).itertuples()]
+    cols = list(rows[0]) if rows else []
+    more = f"<div><i>… {len(pairs) - max_rows} more (pick one below)</i></div>" if len(pairs) > max_rows else ""
+    return head + _table(rows, cols) + more
 
 
 def reward_html(table: Any, i: int, subset_breakdown: pd.DataFrame | None, note: str) -> str:
@@ -112,7 +220,7 @@ def reward_html(table: Any, i: int, subset_breakdown: pd.DataFrame | None, note:
 
 def matches_html(frame: pd.DataFrame, idx: Sequence[int], current: int | None, max_rows: int = 200) -> str:
     """The matching trajectories as a table (the shown one marked ▶)."""
-    cols = ["source", "id", "dataset", "hops", "answer", "cem", "f1", "n_searches", "reward", "failed"]
+    cols = ["source", "id", "dataset", "hops", "answer", "gold", "cem", "f1", "n_searches", "reward", "failed"]
     # one take of the shown columns only (a take of every column costs ~0.1 s at 1M rows even for no row)
     shown = frame.iloc[list(idx[:max_rows]), [frame.columns.get_loc(c) for c in cols if c in frame.columns]]
     rows = shown.to_dict("records")
@@ -181,6 +289,9 @@ class TrajectoryInspector:
         self.search_w = W.Text(placeholder="full-text search in every turn (Enter)", description="text",
                                continuous_update=False, style=style, layout=W.Layout(width="460px"))
         self.count_w = W.HTML()
+        self.clear_w = W.Button(description="clear filters", tooltip="show every trajectory",
+                                layout=W.Layout(width="110px", display="none"))
+        self.filter_note = ""  # why the filters are set, when code (not the widgets) set them
         self.prev_w = W.Button(description="◀ prev", tooltip="previous match (Tab here, then Enter / Space)",
                                layout=W.Layout(width="80px"))
         self.next_w = W.Button(description="next ▶", tooltip="next match (Tab here, then Enter / Space)",
@@ -196,6 +307,14 @@ class TrajectoryInspector:
         self.left_w = W.Dropdown(options=sources, description="left", style=style, layout=W.Layout(width="45%"))
         self.right_w = W.Dropdown(options=sources, description="right", style=style, layout=W.Layout(width="45%"))
         self.transcript, self.tokens, self.reward, self.diff, self.table = (W.HTML() for _ in range(5))
+        self.pairs_view = W.HTML()
+        self.category_w = W.ToggleButtons(options=["all", *CATEGORIES[:4]], value="all", description="pairs",
+                                          style={**style, "button_width": "84px"})
+        self.pair_w = W.Dropdown(options=[], description="open", style=style, layout=W.Layout(width="90%"))
+        self.pairs: pd.DataFrame | None = None  # the comparison of left and right over every shared question
+        self._pairs_key: tuple[Any, ...] | None = None
+        self._pairs_shown: tuple[Any, ...] | None = None
+        self.diff_note = ""
 
         for w in (self.run_w, self.dataset_w, self.method_w, self.protocol_w, self.hops_w, self.correct_w,
                   self.metric_w, self.threshold_w, self.searches_w, self.reward_w, self.failed_w, self.search_w):
@@ -206,6 +325,9 @@ class TrajectoryInspector:
         self.preset_w.observe(self._on_preset, names="value")
         self.left_w.observe(lambda _: self._show_diff(), names="value")
         self.right_w.observe(lambda _: self._show_diff(), names="value")
+        self.category_w.observe(lambda _: self._show_pairs(), names="value")
+        self.pair_w.observe(self._on_pair, names="value")
+        self.clear_w.on_click(lambda _: self.clear_filters())
         self._diff_lock = False
 
         self._busy = False
@@ -215,13 +337,15 @@ class TrajectoryInspector:
             W.HBox([self.run_w, self.dataset_w, self.method_w, self.protocol_w]),
             W.HBox([self.hops_w, self.searches_w, self.reward_w]),
             W.HBox([self.correct_w, self.metric_w, self.threshold_w, self.failed_w]),
-            W.HBox([self.search_w, self.count_w]),
+            W.HBox([self.search_w, self.count_w, self.clear_w]),
         ])
         nav = W.HBox([self.prev_w, self.next_w, self.pick])
         self.tabs = tabs = W.Tab(children=[
             self.transcript, self.tokens, W.VBox([self.preset_w, self.reward]),
-            W.VBox([W.HBox([self.left_w, self.right_w]), self.diff]), self.table,
+            W.VBox([W.HBox([self.left_w, self.right_w]), self.pairs_view, self.category_w, self.pair_w, self.diff]),
+            self.table,
         ], titles=("turns", "tokens", "reward", "diff", "matches"))
+        tabs.observe(lambda _: self._show_diff(), names="selected_index")  # the comparison is made when first shown
         self.box = W.VBox([filters, nav, tabs])
 
     # ---------------------------------------------------------------- filters
@@ -251,6 +375,8 @@ class TrajectoryInspector:
         unknown = sorted(set(kw) - set(widgets))
         if unknown:
             raise ValueError(f"unknown filter(s) {unknown}; valid: {', '.join(widgets)}")
+        given = ", ".join(f"{k}={v!r}" for k, v in kw.items() if v is not None and v != "")
+        self.filter_note = f"set from code: set_filters({given})" if given else ""
         self._busy = True
         try:
             for k, v in kw.items():
@@ -271,7 +397,16 @@ class TrajectoryInspector:
 
     def _on_filter(self, _: Any = None) -> None:
         if not self._busy:
+            self.filter_note = ""  # a widget moved: the filters are the reader's own now
             self.apply_filters()
+
+    def clear_filters(self) -> list[int]:
+        """Every filter off (every trajectory matches)."""
+        out = self.set_filters(run=None, dataset=None, method=None, protocol=None, hops=None, failed=None, text=None,
+                               searches=None, reward=None, correct=None)
+        self.filter_note = ""
+        self._count_text()
+        return out
 
     def apply_filters(self) -> list[int]:
         current = self.pick.value
@@ -286,10 +421,10 @@ class TrajectoryInspector:
             mask[keep] = True  # both sorted and unique: a mask is linear where intersect1d sorts both
             keep = hits[mask[hits]]
         self._match_arr, self.matches = keep, keep.tolist()
-        n, total = len(self.matches), len(self.frame)
-        more = bool(text) and len(self._text_hits[1]) >= TEXT_HITS  # the search stopped: there may be more
-        self.count_w.value = (f"<b>{n}{'+' if more else ''}</b> of {total} trajectories match"
-                              + (f" (text: its first {TEXT_HITS:,} matches searched)" if more else ""))
+        n = len(self.matches)
+        self._more = bool(text) and len(self._text_hits[1]) >= TEXT_HITS  # the search stopped: there may be more
+        self._active = describe_filters(**flt, text=text)
+        self._count_text()
         pos = self._pos(current)
         pos = pos if pos >= 0 else (0 if n else -1)
         self._busy = True
@@ -301,6 +436,20 @@ class TrajectoryInspector:
         self.show()
         return self.matches
 
+    def _count_text(self) -> None:
+        """The match count, and which filters are set (and why, when code set them)."""
+        n, total, more = len(self.matches), len(self.frame), getattr(self, "_more", False)
+        active = getattr(self, "_active", [])
+        line = (f"<b>{n}{'+' if more else ''}</b> of {total} trajectories match"
+                + (f" (text: its first {TEXT_HITS:,} matches searched)" if more else ""))
+        if active:
+            why = f" ({html.escape(self.filter_note)})" if self.filter_note else ""
+            line += (f"<br><span style='color:#8a5a00'>filtered by: {html.escape(' · '.join(active))}{why}</span>")
+        elif self.filter_note:
+            line += f"<br><span style='color:#555'>{html.escape(self.filter_note)}</span>"
+        self.count_w.value = line
+        self.clear_w.layout.display = "" if active else "none"
+
     def _pos(self, i: int | None) -> int:
         """Position of table row ``i`` in the matches (-1: not a match)."""
         if i is None or not len(self._match_arr):
@@ -311,12 +460,15 @@ class TrajectoryInspector:
     def _page(self, pos: int) -> None:
         """The picker lists the page of ``PAGE`` matches that holds match number ``pos``."""
         self._page_start = start = (pos // PAGE) * PAGE
-        names = ["source", "id", "finish_reason", "answer", "failed"]
+        names = ["source", "id", "finish_reason", "answer", "gold", "failed", "cem", "f1"]
         f = self.frame.iloc[self.matches[start:start + PAGE], [self.frame.columns.get_loc(c) for c in names]]
+        ok = correct_mask(f, self.metric_w.value, self.threshold_w.value)
+        mark = [MISSING if pd.isna(o) else "✔" if o == 1.0 else "✘" for o in ok]
         self.pick.options = [
-            (f"{src} · {tid} · {fin} · {str(ans)[:30]}" + (f" · ⚠ {fail} failed" if fail else ""), int(i))
-            for i, src, tid, fin, ans, fail in zip(f.index, f["source"], f["id"], f["finish_reason"], f["answer"],
-                                                   f["failed"])
+            (f"{src} · {tid} · {fin} · {show(ans)[:30]} {m} gold: {gold_text(g, 1)[:30]}"
+             + (f" · ⚠ {fail} failed" if fail else ""), int(i))
+            for i, src, tid, fin, ans, g, fail, m in zip(f.index, f["source"], f["id"], f["finish_reason"], f["answer"],
+                                                         f["gold"], f["failed"], mark)
         ]
 
     def step(self, delta: int) -> int | None:
@@ -378,7 +530,9 @@ class TrajectoryInspector:
             return
         t = self.trajectories[i]
         text = self.search_w.value.strip()
-        self.transcript.value = failures_html(self.frame.at[i, "failure"]) + turns_html(t, highlight=text)
+        self.transcript.value = failures_html(self.frame.at[i, "failure"]) + turns_html(
+            t, highlight=text, example=self.data.example(i), metric=self.metric_w.value,
+            threshold=self.threshold_w.value)
         if self.tokenizer is None:
             self.tokens.value = "<i>Pass a tokenizer (trajectory_inspector(run, tokenizer)) to see the token view.</i>"
         else:
@@ -442,27 +596,12 @@ class TrajectoryInspector:
         same = rows[self._samples[rows] == self._samples[i]]
         return int(same[0] if len(same) else rows[0])
 
-    def open_on_difference(self, left: str, right: str, metric: str = "cem") -> int | None:
-        """Show the first question (table order) where sources ``left`` and ``right`` (method names, or
-        ``run · method`` with several runs) score differently on ``metric``: ``right``'s better answer first,
-        the diff tab open with both. Returns the shown row, or None (with the reason in the diff tab)."""
-        f = self.frame
-        for name in (left, right):
-            if name not in set(f["source"]):
-                self.diff.value = f"<i>No trajectories of {html.escape(name)} here.</i>"
-                return None
-        score = pd.to_numeric(f[metric], errors="coerce")
-        by = score.groupby([f["question"], f["source"]], sort=False).mean().unstack()
-        gap = (by[right] - by[left]).dropna()
-        gap = gap[gap != 0]
-        if gap.empty:
-            self.diff.value = f"<i>{html.escape(left)} and {html.escape(right)} score the same {metric} on every question.</i>"
-            return None
-        question = gap.sort_values(ascending=False, kind="stable").index[0]  # where right gained most
-        rows = f.index[(f["question"] == question) & (f["source"] == left)]
-        i = int(rows[0])
-        self.set_filters(run=None, dataset=None, method=None, protocol=None, hops=None, failed=None, text=None,
-                         searches=None, reward=None, correct=None)  # every trajectory matches: the row can be shown
+    def open_row(self, i: int) -> int:
+        """Show table row ``i`` (the filters are cleared first when they hide it, and the count line says so)."""
+        if self._pos(i) < 0:
+            self.clear_filters()
+            self.filter_note = "filters cleared to show the chosen trajectory"
+            self._count_text()
         pos = self._pos(i)
         self._busy = True
         try:
@@ -471,22 +610,93 @@ class TrajectoryInspector:
         finally:
             self._busy = False
         self.show()
+        return i
+
+    def open_on_difference(self, left: str, right: str, metric: str = "cem") -> int | None:
+        """Open the diff tab on ``left`` against ``right`` (method names, or ``run · method`` with several runs): the
+        comparison over every question both answered, and the question where ``right`` gained most over ``left`` by
+        ``metric`` (ties broken by F1; when both score the same everywhere, the first shared question, and the tab
+        says so). Returns the shown row (``left``'s trajectory on that question), or None when a source is absent
+        or the two share no question (the reason is in the diff tab)."""
+        f = self.frame
+        for name in (left, right):
+            if name not in set(f["source"]):
+                self.diff.value = f"<i>No trajectories of {html.escape(name)} here.</i>"
+                self.tabs.selected_index = DIFF_TAB
+                return None
+        question, note = best_gain(f, left, right, metric)
+        if question is None:
+            self.diff.value = f"<i>{html.escape(note)}.</i>"
+            self.tabs.selected_index = DIFF_TAB
+            return None
+        i = int(f.index[(f["question"] == question) & (f["source"] == left)][0])
+        self.clear_filters()  # every trajectory matches: the row can be shown
+        self.filter_note = ""
+        self.open_row(i)
+        self.diff_note = note
         self._diff_lock = True
         try:
             self.left_w.value, self.right_w.value = left, right
         finally:
             self._diff_lock = False
+        self._diff_lock = True
+        try:
+            self.tabs.selected_index = DIFF_TAB
+        finally:
+            self._diff_lock = False
         self._show_diff()
-        self.tabs.selected_index = 3  # diff
         return i
 
-    def _show_diff(self) -> None:
-        i = self.pick.value
-        if i is None or self._diff_lock:
+    def comparison(self) -> pd.DataFrame:
+        """The pairs of the diff tab's left and right sources over every shared question
+        (:func:`workbench.eval.compare.pair_table`, with the inspector's correctness metric); made once per choice."""
+        key = (self.left_w.value, self.right_w.value, self.metric_w.value, self.threshold_w.value)
+        if self._pairs_key != key or self.pairs is None:
+            self.pairs = pair_table(self.frame, *key)
+            self._pairs_key = key
+        return self.pairs
+
+    def _show_pairs(self) -> None:
+        pairs = self.comparison()
+        cat = self.category_w.value
+        if self._pairs_shown == (self._pairs_key, cat):
+            return  # navigation keeps the table and the picker
+        self._pairs_shown = (self._pairs_key, cat)
+        shown = pairs if cat == "all" else pairs[pairs["category"] == cat]
+        shown.attrs = pairs.attrs
+        self.pairs_view.value = pairs_html(shown)
+        opts = [(f"{r.category} · {r.question[:60]} · {show(r.left_answer)[:25]} → {show(r.right_answer)[:25]}",
+                 int(r.left_row)) for r in shown.head(PAIRS).itertuples()]
+        self._diff_lock = True
+        try:
+            self.pair_w.options = [("(pick a pair to open it side by side)", -1), *opts]
+            self.pair_w.value = -1
+        finally:
+            self._diff_lock = False
+
+    def _on_pair(self, change: Any) -> None:
+        if self._diff_lock or change["new"] is None or change["new"] < 0:
             return
+        left, right = self.left_w.value, self.right_w.value
+        self.open_row(int(change["new"]))
+        self._diff_lock = True
+        try:
+            self.left_w.value, self.right_w.value = left, right
+        finally:
+            self._diff_lock = False
+        self._show_diff(pairs=False)
+
+    def _show_diff(self, pairs: bool = True) -> None:
+        i = self.pick.value
+        tabs = getattr(self, "tabs", None)
+        if i is None or self._diff_lock or tabs is None or tabs.selected_index != DIFF_TAB:
+            return  # drawn when the diff tab is open: navigation does not pay for it
+        if pairs:
+            self._show_pairs()
         left, right = self._same_question(i, self.left_w.value), self._same_question(i, self.right_w.value)
+        note, self.diff_note = self.diff_note, ""
         self.diff.value = diff_html(self.frame, self.trajectories, left, right, self.metric_w.value,
-                                    self.threshold_w.value, self.search_w.value.strip())
+                                    self.threshold_w.value, self.search_w.value.strip(), self.data.example, note)
 
 
 def trajectory_inspector(

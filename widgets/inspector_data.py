@@ -31,7 +31,7 @@ from workbench.trajectory_store import LazyTrajectories, failure_candidates, fil
 #: Columns of the inspector table (one row per trajectory), in order.
 TABLE_COLUMNS = (
     "run", "row", "source", "id", "example_id", "group_id", "sample_idx", "method", "protocol", "dataset", "hops",
-    "question", "answer", "finish_reason", "failed", "failure", "n_turns", "n_searches", "n_invalid", "n_policy_tokens",
+    "question", "answer", "gold", "finish_reason", "failed", "failure", "n_turns", "n_searches", "n_invalid", "n_policy_tokens",
     "em", "cem", "f1", "format_ok", "reward", "advantage", "step",
 )
 #: Features sources: ``auto`` = ``features.parquet``, else computed in memory without embeddings.
@@ -66,6 +66,18 @@ class InspectorData:
     files: list[Path] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     limits: list[int | None] = field(default_factory=list)
+    _examples: dict[int, dict[str, Example]] = field(default_factory=dict, repr=False)
+
+    def example(self, i: int) -> Example | None:
+        """Row ``i``'s :class:`Example` (gold answers and passages), or None when its run has none for it; a run's
+        ``examples.jsonl`` is read when one of its rows is first asked for."""
+        k = int(np.searchsorted(self.offsets, i, side="right")) - 1 if self.offsets else -1
+        if not 0 <= k < len(self.runs):
+            return None
+        if k not in self._examples:
+            run = self.runs[k]
+            self._examples[k] = {e.id: e for e in run.examples()} if run.exists(EXAMPLES) else {}
+        return self._examples[k].get(self.frame.at[i, "example_id"])
 
     def search(self, text: str, runs: Any = None, max_hits: int | None = None) -> np.ndarray:
         """Table positions (sorted) of the rows whose question, turns or answer contain ``text`` (any case);
@@ -231,6 +243,7 @@ def load_inspector_data(runs: Any, max_items: int | None = 500, features: str = 
         part["hops"] = [e[1] if e is not None and e[1] is not None else h for e, h in zip(exs, hops_meta)]
         for c in ("question", "answer", "finish_reason"):
             part[c] = df[c].to_numpy()
+        part["gold"] = [e[2] if e is not None else None for e in exs]  # the example's alias list (shared, not copied)
         part["failed"], part["failure"] = _failures(path, feats, n, max_items, trajs)
         for c in ("n_turns", "n_searches", "n_invalid", "n_policy_tokens"):
             part[c] = df[c].to_numpy()
