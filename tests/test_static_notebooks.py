@@ -41,6 +41,43 @@ def test_widget_html_shows_values_and_the_note():
     assert "Plotly.newPlot" in page and "VBox(" not in page
 
 
+def test_a_tab_shows_its_open_tab_first_and_folds_the_others():
+    import ipywidgets as W
+
+    from widgets.figures import widget_html
+
+    tabs = W.Tab(children=[W.HTML("TURNS"), W.HTML("DIFF")], titles=("turns", "diff"))
+    tabs.selected_index = 1
+    page = widget_html(tabs)
+    assert page.index("DIFF") < page.index("TURNS") and "(open tab)" in page
+    assert "<details" in page.split("DIFF", 1)[1]  # the other tab folded
+
+
+@pytest.mark.slow
+def test_widgets_show_the_state_the_last_cell_left(tmp_path):
+    """A widget shown early and changed by a later cell is saved as the later cell left it; a closed one (a
+    finished progress bar) is gone."""
+    import nbformat
+    import papermill as pm
+
+    from workbench.notebooks import kernel_name
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import ipywidgets as W\nh = W.HTML('FIRST STATE')\nh"),
+        nbformat.v4.new_code_cell("from IPython.display import display\nbar = W.FloatProgress(value=1)\ndisplay(bar)"),
+        nbformat.v4.new_code_cell("h.value = 'LAST STATE'\nbar.close()"),
+    ])
+    src, out = tmp_path / "t.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(with_setup_cell(nb), src)
+    pm.execute_notebook(str(src), str(out), kernel_name=kernel_name(), progress_bar=False, store_widget_state=False)
+    cells = json.loads(out.read_text(encoding="utf-8"))["cells"]
+    first, bar = (c["outputs"][0]["data"] for c in cells[2:4])
+    page = "".join(first["text/html"])
+    assert "LAST STATE" in page and "FIRST STATE" not in page and "application/vnd.jupyter.widget-view+json" in first
+    assert "".join(bar.get("text/html", "")) == ""
+
+
 def _runs_root(root: Path, tokenizer) -> Path:
     from workbench.data.example import Example
     from workbench.eval.runner import evaluate, write_eval_run

@@ -34,6 +34,20 @@ def searches_histogram(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def table_view(df: pd.DataFrame, labels: dict[str, str] | None = None, digits: int = 3) -> Any:
+    """``df`` as a table that fits a notebook cell: headers renamed by ``labels`` and wrapped, floats with ``digits``
+    decimals, a missing value shown as ``workbench.eval.compare.MISSING``."""
+    from workbench.eval.compare import MISSING
+
+    def label(c: Any) -> str:  # wraps between words and after a slash, never inside a word
+        return str((labels or {}).get(c, c)).replace("_", " ").replace("/", "/\u200b")
+
+    return (df.rename(columns=label).style.format(precision=digits, na_rep=MISSING)
+            .set_table_styles([{"selector": "th", "props": "white-space:normal;max-width:7em;font-size:12px;"
+                                                            "overflow-wrap:normal;padding:2px 6px"},
+                               {"selector": "td", "props": "font-size:12px;padding:2px 6px"}]))
+
+
 # --------------------------------------------------------------------------- saved figures
 
 
@@ -117,10 +131,20 @@ def _widget_part(w: Any) -> str:
     if _is_figure_widget(w):
         return _figure_html(w)
     if isinstance(w, (W.Tab, W.Accordion)):
+        # the open tab first, as the reader left it; the others folded
         titles = list(getattr(w, "titles", ()) or ())
-        return "".join(f"<div style='margin:6px 0'><div style='font-weight:bold;border-bottom:1px solid #ddd'>"
-                       f"{html.escape(str(titles[i]) if i < len(titles) and titles[i] else f'tab {i + 1}')}</div>"
-                       f"{_widget_part(c)}</div>" for i, c in enumerate(w.children))
+        chosen = w.selected_index if isinstance(w.selected_index, int) else None
+        order = ([chosen] if chosen is not None else []) + [i for i in range(len(w.children)) if i != chosen]
+
+        def title(i: int) -> str:
+            return html.escape(str(titles[i]) if i < len(titles) and titles[i] else f"tab {i + 1}")
+
+        return "".join(
+            f"<div style='margin:6px 0'><div style='font-weight:bold;border-bottom:1px solid #ddd'>{title(i)} "
+            f"<span style='font-weight:normal;color:#666'>(open tab)</span></div>{_widget_part(w.children[i])}</div>"
+            if i == chosen else
+            f"<details style='margin:4px 0'><summary style='font-weight:bold'>{title(i)}</summary>"
+            f"{_widget_part(w.children[i])}</details>" for i in order)
     if isinstance(w, W.Box):
         flex = "display:flex;flex-wrap:wrap;gap:8px;align-items:flex-start" if isinstance(w, W.HBox) else ""
         return f"<div style='{flex}'>" + "".join(_widget_part(c) for c in w.children) + "</div>"
@@ -136,6 +160,8 @@ def _widget_part(w: Any) -> str:
         return f"<img src='data:image/{w.format};base64,{base64.b64encode(w.value).decode()}'>"
     if isinstance(w, W.Button):
         return ""
+    if isinstance(w, (W.FloatProgress, W.IntProgress)):
+        return f"<progress value='{w.value - w.min}' max='{max(w.max - w.min, 1e-9)}' style='width:200px'></progress>"
     if isinstance(w, W.ValueWidget):
         from ipywidgets.widgets.widget_selection import _MultipleSelection, _Selection
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,21 @@ KERNEL = "workbench"
 
 def notebooks_dir() -> Path:
     return repo_root() / "notebooks"
+
+
+def pick_run(run_dir: str = "", parameter: str = "run_dir", required: bool = True) -> Any:
+    """The run a notebook opens: ``run_dir``, else the newest complete run under ``runs/`` (``list_runs()[0]``).
+    Without one: a FileNotFoundError naming the notebook's ``parameter``, or None when not ``required``."""
+    from workbench.runs import newest_run, open_run
+
+    if run_dir:
+        return open_run(run_dir)
+    try:
+        return newest_run()
+    except FileNotFoundError as e:
+        if not required:
+            return None
+        raise FileNotFoundError(f"{e}; or set {parameter} in the notebook's parameters cell") from None
 
 
 def notebook_path(name: str) -> Path:
@@ -58,7 +75,11 @@ STATIC_PLOTLY_RENDERER = "plotly_mimetype+notebook"
 def static_outputs() -> None:
     """In a kernel: every plotly figure also keeps a static ``text/html`` rendering (plotly.js embedded once,
     by plotly's ``notebook`` renderer), every ipywidget a ``text/html`` snapshot of its current values with
-    a note (``widgets.figures.widget_html``). Cheap: nothing heavy is imported until a figure or widget shows."""
+    a note (``widgets.figures.widget_html``). Cheap: nothing heavy is imported until a figure or widget shows.
+
+    A widget's output carries a display id, and after each cell every shown widget whose snapshot changed is
+    sent again (``update_display_data``): the executed notebook shows each widget as the last cell left it (an
+    inspector that a later cell filtered, or opened on a diff), not as it was when first shown."""
     import sys
 
     if "plotly.io" in sys.modules:
@@ -68,14 +89,59 @@ def static_outputs() -> None:
     from IPython import get_ipython
 
     ip = get_ipython()
-    if ip is not None:
-        ip.display_formatter.formatters["text/html"].for_type_by_name("ipywidgets.widgets.widget", "Widget", _widget_html)
+    if ip is None:
+        return
+    ip.display_formatter.formatters["text/html"].for_type_by_name("ipywidgets.widgets.widget", "Widget", _widget_html)
+    for publisher in (ip.display_pub, ip.displayhook):  # ipykernel's: hooks see each message before it is sent
+        if hasattr(publisher, "register_hook") and _tag_widget_display not in getattr(publisher, "_hooks", []):
+            publisher.register_hook(_tag_widget_display)
+    if _refresh_snapshots not in ip.events.callbacks["post_run_cell"]:
+        ip.events.register("post_run_cell", _refresh_snapshots)
+
+
+#: Widgets shown in this kernel: model id -> (weak reference, the snapshot last sent).
+_SHOWN: dict[str, tuple[Any, str]] = {}
+_WIDGET_ID = re.compile(r"<div data-wb-widget='([0-9a-f]+)'>")
 
 
 def _widget_html(w: Any) -> str:
     from widgets.figures import widget_html
 
-    return widget_html(w)
+    snap = widget_html(w)
+    mid = getattr(w, "model_id", None)
+    if not mid:
+        return snap
+    _SHOWN[mid] = (weakref.ref(w), snap)
+    return f"<div data-wb-widget='{mid}'>{snap}</div>"
+
+
+def _tag_widget_display(msg: dict[str, Any]) -> dict[str, Any]:
+    """A displayed widget's output gets a display id (``wb-widget-<model id>``), so a later update can replace it."""
+    content = msg.get("content") or {}
+    page = (content.get("data") or {}).get("text/html")
+    m = _WIDGET_ID.match(page) if isinstance(page, str) else None
+    if m:
+        content["transient"] = {**(content.get("transient") or {}), "display_id": f"wb-widget-{m.group(1)}"}
+    return msg
+
+
+def _refresh_snapshots(*_: Any) -> None:
+    """Send the widgets whose snapshot changed since they were shown again (the whole bundle, interactive view
+    included), under their display id."""
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    for mid, (ref, last) in list(_SHOWN.items()):
+        w = ref()
+        if w is None or getattr(w, "comm", None) is None:  # collected, or closed (a finished progress bar): gone
+            _SHOWN.pop(mid, None)
+            if w is not None:
+                ip.display_pub.publish(data={"text/plain": "", "text/html": ""}, metadata={},
+                                       transient={"display_id": f"wb-widget-{mid}"}, update=True)
+            continue
+        data, md = ip.display_formatter.format(w)  # re-snapshots it into _SHOWN
+        if _SHOWN[mid][1] != last:
+            ip.display_pub.publish(data=data, metadata=md, transient={"display_id": f"wb-widget-{mid}"}, update=True)
 
 
 def with_setup_cell(nb: Any) -> Any:
