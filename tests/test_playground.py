@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -131,13 +132,15 @@ def test_changing_preset_rebuilds_controls(table, name):
 def test_weight_zero_components_are_still_reported(table):
     box = reward_playground(table, "dynasearcher")
     titles = [a.text for a in box.figures["components"].layout.annotations]
-    assert titles == ["r_acc (w=1)", "r_gain (w=1)", "r_ans (w=0)", "r_recall (w=0)", "r_penalty (w=0)"]
+    assert titles == ["r_acc<br>weight 1", "r_gain<br>weight 1", "r_ans<br>weight 0", "r_recall<br>weight 0",
+                      "r_penalty<br>weight 0"]  # one per line: names and weights do not run together
+    assert len({a.y for a in box.figures["components"].layout.annotations}) == 2  # three a row: two rows
     box.weight_sliders["r_gain"].value = 0.0
     cf = expected(box, table)
     np.testing.assert_allclose(cf.rows["reward_new"], cf.new.values["r_acc"])  # the total lost r_gain...
     comps = box.figures["components"]
     assert sum(comps.data[3].y) == len(table)  # ...but r_gain is still drawn
-    assert comps.layout.annotations[1].text == "r_gain (w=0)"
+    assert comps.layout.annotations[1].text == "r_gain<br>weight 0"
     assert_shows(box, table)
 
 
@@ -158,6 +161,27 @@ def test_nan_features_and_absent_columns_do_not_crash(table):
     assert "recall" in box.metrics()["absent_columns"] and "absent" in box.summary.value
     assert box.metrics()["missing_new"] == len(df)  # no recall column: every gain, so every total, is NaN
     assert box.metrics()["keep_rate_new"] == 0.0
+
+
+def test_nan_rewards_say_which_feature_is_missing_and_how_to_compute_it(table):
+    box = reward_playground(table.assign(evidence_f1=np.nan), "rsearch_evidence")
+    text = box.summary.value
+    assert f"{len(table)} old, {len(table)} new" in text and f"missing in: r_evid ({len(table)} rows)" in text
+    assert "needs the <b>evidence model</b>" in text and "evidence_f1 empty" in text
+    assert "featurize_run(run, evidence_model=" in text and "workbench train --evidence-model PATH" in text
+    assert "``" not in box.children[1].value and "<code>" in box.children[1].value  # the preset's doc, not raw RST
+
+
+def test_rank_table_shows_ranks_as_integers_and_the_gold_answer(table):
+    from widgets.playground import rank_changes
+
+    box = reward_playground(table, "dynasearcher", params={"alpha": 2.0})  # A now beats B in g1
+    assert set(box.state.changed["id"]) == {"A", "B"}
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", box.table.value)
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", r) for r in box.table.value.split("</thead>")[1].split("</tr>")[:-1]]
+    assert sorted(r[head.index("rank_new")] for r in rows) == ["1", "2"]  # not 1.000 and 2.000
+    with_gold = rank_changes(box.state.result, table.assign(example_id=table["group_id"]), {"g1": ["Ada Quist"]})
+    assert with_gold["gold"].tolist() == [["Ada Quist"]] * 2 and list(with_gold.columns).index("gold") == 4
 
 
 def test_groups_of_one(table):

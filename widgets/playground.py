@@ -30,6 +30,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.eval.compare import MISSING, is_missing, show
 from workbench.methods import PRESETS, get_preset
 from workbench.rewards import Counterfactual, counterfactual, featurize_run, load_features
 from workbench.rewards.components import METRIC_COLUMNS
@@ -189,35 +190,55 @@ def _set_bars(old_trace: Any, new_trace: Any, h: dict[str, np.ndarray]) -> None:
         trace.x, trace.y, trace.width, trace.customdata = x, h[key].tolist(), width, custom
 
 
+#: Layout every playground figure shares: the title at the left and the toolbar upright at the right edge, so the
+#: toolbar never covers the title; a few x ticks, so the labels of narrow subplots do not run together.
+_LAYOUT = {"title_x": 0.01, "title_xanchor": "left", "modebar_orientation": "v", "barmode": "overlay"}
+#: Component histograms per row of the components figure.
+COMPONENTS_PER_ROW = 3
+
+
+def _ticks(fig: go.FigureWidget) -> None:
+    fig.update_xaxes(nticks=5, tickfont_size=10, automargin=True)
+    fig.update_yaxes(tickfont_size=10, automargin=True)
+
+
 def total_figure() -> go.FigureWidget:
     fig = go.FigureWidget()
     _bars(fig)
-    fig.update_layout(title="Total reward", barmode="overlay", height=300, xaxis_title="reward",
-                      yaxis_title="trajectories", margin=dict(t=50, b=40, l=50, r=10))
+    fig.update_layout(title="Total reward", height=300, xaxis_title="reward", yaxis_title="trajectories",
+                      margin=dict(t=50, b=40, l=50, r=40), **_LAYOUT)
+    _ticks(fig)
     return fig
 
 
 def components_figure(rubric: Rubric) -> go.FigureWidget:
     names = rubric.names
-    fig = go.FigureWidget(make_subplots(rows=1, cols=len(names), subplot_titles=_component_titles(rubric)))
+    cols = min(len(names), COMPONENTS_PER_ROW)
+    rows = -(-len(names) // cols)
+    fig = go.FigureWidget(make_subplots(rows=rows, cols=cols, subplot_titles=_component_titles(rubric),
+                                        horizontal_spacing=0.08, vertical_spacing=0.3 / rows))
     for i in range(len(names)):
-        _bars(fig, 1, i + 1, legend=i == 0)
-    fig.update_layout(title="Reward components (weight 0: logged, not in the total)", barmode="overlay", height=280,
-                      margin=dict(t=70, b=30, l=40, r=10))
+        _bars(fig, i // cols + 1, i % cols + 1, legend=i == 0)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(title="Reward components (weight 0: logged, not in the total)", height=90 + 200 * rows,
+                      margin=dict(t=80, b=30, l=40, r=40), **_LAYOUT)
+    _ticks(fig)
     return fig
 
 
 def _component_titles(weights: Rubric | Mapping[str, float]) -> list[str]:
     w = weights.weights if isinstance(weights, Rubric) else weights
-    return [f"{n} (w={v:g})" for n, v in w.items()]
+    return [f"{n}<br>weight {v:g}" for n, v in w.items()]
 
 
 def advantages_figure() -> go.FigureWidget:
-    fig = go.FigureWidget(make_subplots(rows=1, cols=2, subplot_titles=(
-        "std-normalized: (r − mean_g) / (std_g + ε)", "mean-only: r − mean_g")))
+    fig = go.FigureWidget(make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
+        "std-normalized:<br>(r − mean_g) / (std_g + ε)", "mean-only:<br>r − mean_g")))
     _bars(fig, 1, 1)
     _bars(fig, 1, 2, legend=False)
-    fig.update_layout(title="Group advantages", barmode="overlay", height=280, margin=dict(t=70, b=30, l=40, r=10))
+    fig.update_annotations(font_size=11)
+    fig.update_layout(title="Group advantages", height=300, margin=dict(t=90, b=30, l=40, r=40), **_LAYOUT)
+    _ticks(fig)
     return fig
 
 
@@ -225,31 +246,36 @@ def keep_figure() -> go.FigureWidget:
     fig = go.FigureWidget()
     fig.add_bar(x=["old", "new"], y=[0.0, 0.0], marker_color=[OLD, NEW], text=["", ""], textposition="auto",
                 hovertemplate="%{x}: %{y:.1%} of groups kept<extra></extra>")
-    fig.update_layout(title="Dynamic-filter keep rate", yaxis_range=[0, 1], yaxis_tickformat=".0%", height=300,
-                      yaxis_title="groups with reward std > 0", margin=dict(t=50, b=40, l=50, r=10), width=320)
+    fig.update_layout(title="Dynamic-filter<br>keep rate", yaxis_range=[0, 1], yaxis_tickformat=".0%", height=300,
+                      yaxis_title="groups with reward std > 0", margin=dict(t=60, b=40, l=60, r=40), width=340,
+                      **_LAYOUT)
     return fig
 
 
 # ----------------------------------------------------------------------------- table
 
 
-TABLE_COLUMNS = ("group_id", "id", "protocol", "answer", "reward_old", "reward_new", "rank_old", "rank_new",
-                 "adv_std_old", "adv_std_new")
+TABLE_COLUMNS = ("group_id", "id", "protocol", "answer", "gold", "f1", "reward_old", "reward_new", "rank_old",
+                 "rank_new", "adv_std_old", "adv_std_new")
 
 
-def rank_changes(result: Counterfactual, features: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``result`` whose rank inside their group changed, with the features' protocol and answer,
-    in group order (groups as first seen), best new rank first."""
+def rank_changes(result: Counterfactual, features: pd.DataFrame, golds: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The rows of ``result`` whose rank inside their group changed, with the features' protocol, answer and F1 and
+    the gold aliases (``golds``: example id → aliases), in group order (groups as first seen), best new rank first."""
     rows = result.rows
     mask = rows["rank_changed"].to_numpy()
+    have = set(rows.columns) | set(features.columns) | ({"gold"} if golds is not None else set())
     if not mask.any():
-        return pd.DataFrame(columns=[c for c in TABLE_COLUMNS if c in rows.columns or c in features.columns])
+        return pd.DataFrame(columns=[c for c in TABLE_COLUMNS if c in have])
     changed = rows.loc[mask]
-    extra = [c for c in ("protocol", "answer") if c in features.columns and c not in changed.columns]
+    extra = [c for c in ("protocol", "answer", "f1") if c in features.columns and c not in changed.columns]
     if extra:
         changed = pd.concat([changed, features.loc[changed.index, extra]], axis=1)
+    if golds is not None and "example_id" in features.columns:
+        changed = changed.assign(gold=[golds.get(e) for e in features.loc[changed.index, "example_id"]])
     order = pd.factorize(changed["group_id"], sort=False)[0]
     changed = changed.iloc[np.lexsort((changed["rank_new"].to_numpy(), order))]
+    changed = changed.astype({c: "Int64" for c in ("rank_old", "rank_new") if c in changed.columns})  # 2, not 2.000
     return changed[[c for c in TABLE_COLUMNS if c in changed.columns]]
 
 
@@ -264,16 +290,16 @@ def rank_table_html(changed: pd.DataFrame, n_rows: int, n_groups: int, max_rows:
             f"groups changed rank (1 = best in its group)" +
             (f"; showing the first {max_rows}" if len(changed) > max_rows else "") + ".</p>")
     th = "".join(f"<th style='padding:2px 6px'>{html.escape(str(c))}</th>" for c in shown.columns)
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 6px'>{_cell(v)}</td>" for v in row) + "</tr>"
-                   for row in shown.itertuples(index=False))
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 6px'>{_cell(v, c)}</td>" for c, v in zip(shown.columns, row))
+                   + "</tr>" for row in shown.itertuples(index=False))
     return (head + "<div style='max-height:360px;overflow:auto;font-size:12px'><table class='playground-ranks'>"
             f"<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
-def _cell(v: Any) -> str:
-    if isinstance(v, (float, np.floating)):
-        return "NaN" if math.isnan(v) else f"{v:.3f}"
-    return "" if v is None else html.escape(str(v))
+def _cell(v: Any, column: str = "") -> str:
+    if isinstance(v, (list, tuple)):
+        return html.escape(" | ".join(map(str, v)) or MISSING)
+    return html.escape(show(v))
 
 
 # ----------------------------------------------------------------------------- the builder
@@ -353,6 +379,7 @@ def reward_playground(
     if preset not in PRESETS:
         raise ValueError(f"unknown reward preset {preset!r}; valid names: {', '.join(sorted(PRESETS))}")
     df, note = playground_features(source)
+    golds = run_golds(source)
     state = PlaygroundState(df, note)
     # the components figure is made per preset by build(); every FigureWidget costs ~5 MB in a saved notebook
     figures: dict[str, Any] = {"total": total_figure(), "components": None, "advantages": advantages_figure(),
@@ -411,7 +438,7 @@ def reward_playground(
         with f.batch_update():
             f.data[0].y = rates
             f.data[0].text = [f"{rates[0]:.0%} ({s['kept_old']}/{g})", f"{rates[1]:.0%} ({s['kept_new']}/{g})"]
-        state.changed = rank_changes(r, df)
+        state.changed = rank_changes(r, df, golds)
         table.value = rank_table_html(state.changed, s["rows"], g, max_rows)
         summary.value = _summary_html(state, r)
 
@@ -438,7 +465,7 @@ def reward_playground(
             W.HTML("<b>parameters</b><br><i>this preset has none</i>")]
         weight_box.children = [W.HTML("<b>weights</b>"), *weight_sliders.values()]
         first = (base.doc or "").strip().split("\n\n")[0]
-        doc.value = f"<div style='font-size:12px;color:#444'>{html.escape(first)}</div>"
+        doc.value = f"<div style='font-size:12px;color:#444'>{rst_html(first)}</div>"
         state.preset, state.base = name, base
         if figures["components"] is not None:
             figures["components"].close()
@@ -508,8 +535,16 @@ def _summary_html(state: PlaygroundState, r: Counterfactual) -> str:
     ]
     lines = [" · ".join(parts), f"changed from the defaults: {html.escape(moved) if moved else 'nothing'}"]
     if s["missing_new"] or s["missing_old"]:
-        lines.append(f"<span style='color:#b00020'>missing (NaN) rewards: {s['missing_old']} old, {s['missing_new']} "
-                     "new — not in the histograms; their groups are not kept</span>")
+        nan = [f"{c} ({int(np.isnan(r.new.values[c]).sum())} rows)" for c in r.new.components
+               if np.isnan(r.new.values[c]).any()]
+        lines.append(f"<span style='color:#b00020'>missing ({MISSING}) rewards: {s['missing_old']} old, "
+                     f"{s['missing_new']} new — not in the histograms; their groups are not kept"
+                     + (f"; missing in: {html.escape(', '.join(nan))}" if nan else "") + "</span>")
+        for need, cols, how in PRESETS[state.preset].needs.uncomputed(state.features):
+            lines.append(f"<span style='color:#b00020'>why: {html.escape(state.preset)} needs the "
+                         f"<b>{html.escape(need)}</b>, which this run's features did not compute "
+                         f"({html.escape(', '.join(cols))} empty: an eval run computes features without embeddings, "
+                         f"judges or an evidence model). To compute it: <code>{html.escape(how)}</code></span>")
     if r.new.absent_columns:
         lines.append(f"<span style='color:#8a5a00'>feature columns absent from the table (read as NaN): "
                      f"{html.escape(', '.join(r.new.absent_columns))}</span>")
@@ -519,4 +554,29 @@ def _summary_html(state: PlaygroundState, r: Counterfactual) -> str:
 
 
 def _fmt(x: float) -> str:
-    return "NaN" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+    return MISSING if is_missing(x) else f"{x:.3f}"
+
+
+def run_golds(source: Any) -> dict[str, list[str]] | None:
+    """``{example id: gold aliases}`` of a run (None for a features table given directly, or a run without
+    examples)."""
+    if isinstance(source, pd.DataFrame):
+        return None
+    from workbench.runs import EXAMPLES, open_run
+
+    run = open_run(source)
+    return {e.id: e.answers for e in run.examples()} if run.exists(EXAMPLES) else None
+
+
+def rst_html(text: str) -> str:
+    """A docstring paragraph as HTML: ````code```` and ``:role:`name``` as code, ``*x*`` in italics.
+
+    >>> rst_html("``r = a + b`` from :func:`score`, *Eq. 3*")
+    '<code>r = a + b</code> from <code>score</code>, <i>Eq. 3</i>'
+    """
+    import re
+
+    out = html.escape(text)
+    out = re.sub(r":[a-z]+:`~?([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"``(.+?)``", r"<code>\1</code>", out)
+    return re.sub(r"(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])", r"<i>\1</i>", out)

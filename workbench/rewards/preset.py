@@ -47,6 +47,44 @@ class FeatureNeeds:
             f"judge {j} (optional)" for j in self.judges]
         return ", ".join(parts) or "nothing beyond the cheap features"
 
+    def uncomputed(self, features: Any) -> list[tuple[str, tuple[str, ...], str]]:
+        """What this reward needs that the features table lacks: ``(need, its columns, how to compute it)`` for each
+        declared need whose columns are absent or all NaN (an eval run's features have no embeddings, judges or
+        evidence model). Optional judges are listed only when the table has no column of any judge.
+
+        >>> import pandas as pd
+        >>> [n for n, _, _ in FeatureNeeds(evidence_model=True).uncomputed(pd.DataFrame({"evidence_f1": [None]}))]
+        ['evidence model']
+        """
+        def empty(cols: tuple[str, ...]) -> bool:
+            return all(c not in features.columns or features[c].isna().all() for c in cols)
+
+        out = []
+        if self.evidence_model and empty(NEED_COLUMNS["evidence_model"]):
+            out.append(("evidence model", NEED_COLUMNS["evidence_model"], HOW_TO_COMPUTE["evidence_model"]))
+        if self.encoder and empty(NEED_COLUMNS["encoder"]):
+            out.append(("embeddings", NEED_COLUMNS["encoder"], HOW_TO_COMPUTE["encoder"]))
+        judges = tuple(f"judge_{j}" for j in self.judges)
+        if judges and empty(judges):
+            out.append((f"judge {', '.join(self.judges)} (optional: the reward falls back to a string metric)", judges,
+                        HOW_TO_COMPUTE["judges"].format(names=", ".join(repr(j) for j in self.judges))))
+        return out
+
+
+#: The feature columns each expensive need fills (NaN without it).
+NEED_COLUMNS = {
+    "evidence_model": ("evidence_f1",),
+    "encoder": ("query_sim_mean", "query_sim_paper", "recall_embed"),
+}
+#: How to compute each need for a stored run (``featurize_run`` rewrites its ``features.parquet``) or in training.
+HOW_TO_COMPUTE = {
+    "evidence_model": ("workbench.rewards.featurize_run(run, evidence_model=\"<model path>\"), or train with "
+                       "`workbench train --evidence-model PATH`"),
+    "encoder": ("workbench.rewards.featurize_run(run, encoder=None) (the default all-MiniLM-L6-v2), or train with "
+                "`workbench train --encoder default`"),
+    "judges": "workbench.rewards.featurize_run(run, judges=[...]) with judges {names}, or `workbench train --judges NAME`",
+}
+
 
 @dataclass(frozen=True)
 class RewardPreset:
