@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from widgets.kg_explorer import GOLD, find_entity, kg_explorer, network_layout
+from widgets.kg_explorer import GOLD, find_entity, key_nodes, kg_explorer, network_layout
 from workbench.tools.base import Triple
 from workbench.tools.kg.explore import TripleSet, gold_path_recall, gold_triples, neighbourhood
 
@@ -135,6 +135,19 @@ def test_gold_path_edges_are_highlighted(world):
     assert len(exp.fig.data[2].x) == 0 and GOLD not in nodes.marker.line.color
 
 
+def test_the_nodes_that_matter_are_labelled_at_any_size(world):
+    ex = max((e for e in world.split("dev") if len(e.kg_path) == 2), key=lambda e: len(bfs(world, e.meta["anchors"][0], 2)))
+    exp = kg_explorer(world, question=ex.id, hops=3, max_nodes=120).explorer
+    nb, nodes = exp.neighbourhood, exp.fig.data[4]
+    assert len(nb.nodes) > 40  # more than max_labels: only the nodes that matter carry a name
+    labelled = {n for n, t in zip(nb.nodes, nodes.text) if t}
+    gold = {n for t in gold_triples(ex) for n in (t.head_id, t.tail_id)}
+    assert labelled == key_nodes(nb, exp.gold, exp.returned, [ex.meta["anchors"][0]]) and gold | {nb.center} <= labelled
+    assert all(t.startswith("<b>") for t in nodes.text if t)
+    assert "set <code>run_dir</code> in the notebook's parameters cell" in exp.returned_html.value  # no run
+    assert "gold answer <code>" in exp.returned_html.value
+
+
 def test_triple_set_matches_by_ids_or_names():
     s = TripleSet([{"head": "Ostrel", "relation": "country", "tail": "Velmark", "head_id": "Q1", "relation_id": "P17",
                     "tail_id": "Q2"}])
@@ -190,6 +203,7 @@ def test_agent_kg_searches_are_listed_per_question(world, kg_run):
     assert first in exp.returned and gold_triples(exs[0])[1] not in exp.returned
     h = exp.returned_html.value
     assert "1 / 2" in h and f"✓ {first.render()}" in h and "1 KG calls" in h
+    assert f"answered <code>{exs[0].answers[0]}</code> ✔" in h  # the agent's answer beside the gold one
     # returned non-gold triples of the anchor are drawn in the returned colour
     assert len(exp.fig.data[1].x) == 3 * sum(1 for t in exp.neighbourhood.edges if t in exp.returned and t not in exp.gold)
     m = exp.metrics()

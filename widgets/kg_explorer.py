@@ -26,8 +26,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.data.example import Example
+from workbench.eval.compare import MISSING, judge, show
 from workbench.tools.base import Triple
-from workbench.tools.kg import EntityMatch, KnowledgeGraph
+from workbench.tools.kg import EntityMatch, KnowledgeGraph, normalize_name
 from workbench.tools.kg.explore import (
     MAX_HOPS,
     Neighbourhood,
@@ -97,10 +98,24 @@ def _edge_xy(edges: Sequence[Triple], pos: Mapping[str, tuple[float, float]]) ->
     return xs, ys
 
 
+def key_nodes(nb: Neighbourhood, gold: TripleSet | None = None, returned: TripleSet | None = None,
+              question: Iterable[str] = ()) -> set[str]:
+    """The nodes that matter in a drawn neighbourhood: the centre, the question's entities (ids in ``question``), the
+    entities of the gold path and of the triples the agent's KG searches returned (by id, else by name)."""
+    ids, names = {nb.center, *question}, set()
+    for t in [*(gold.triples if gold else []), *(returned.triples if returned else [])]:
+        ids.update(x for x in (t.head_id, t.tail_id) if x)
+        names.update(normalize_name(x) for x in (t.head, t.tail) if x)
+    return {n for n in nb.nodes if n in ids or normalize_name(nb.names.get(n, n)) in names}
+
+
 def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], gold: TripleSet | None = None,
-                   returned: TripleSet | None = None, max_labels: int = 40) -> list[dict[str, Any]]:
-    """Data of the five traces (edges, returned edges, gold edges, edge hover points, nodes), in that order."""
+                   returned: TripleSet | None = None, max_labels: int = 40,
+                   question: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Data of the five traces (edges, returned edges, gold edges, edge hover points, nodes), in that order. Every
+    node is labelled up to ``max_labels`` nodes; above that, the :func:`key_nodes` (in bold) at any size."""
     gold, returned = gold or TripleSet(), returned or TripleSet()
+    key = key_nodes(nb, gold, returned, question)
     gold_e = [t for t in nb.edges if t in gold]
     ret_e = [t for t in nb.edges if t in returned and t not in gold]
     plain = [t for t in nb.edges if t not in gold and t not in returned]
@@ -125,7 +140,8 @@ def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], go
         {"x": mid_x, "y": mid_y, "hovertext": mid_text},
         {
             "x": [pos[n][0] for n in nodes], "y": [pos[n][1] for n in nodes],
-            "text": [nb.names.get(n, n)[:24] if len(nodes) <= max_labels else "" for n in nodes],
+            "text": [(f"<b>{html.escape(nb.names.get(n, n)[:24])}</b>" if n in key else
+                      html.escape(nb.names.get(n, n)[:24]) if len(nodes) <= max_labels else "") for n in nodes],
             "hovertext": [hover(n) for n in nodes],
             "marker": {
                 "color": [OUTSIDE_COLOUR if nb.depth.get(n) is None else HOP_COLOURS[min(nb.depth[n], 3)] for n in nodes],
@@ -155,8 +171,9 @@ def network_figure(widget: bool = True) -> go.Figure:
 
 
 def update_network(fig: go.Figure, nb: Neighbourhood, pos: Mapping[str, tuple[float, float]],
-                   gold: TripleSet | None = None, returned: TripleSet | None = None, title: str = "") -> None:
-    traces = network_traces(nb, pos, gold, returned)
+                   gold: TripleSet | None = None, returned: TripleSet | None = None, title: str = "",
+                   question: Iterable[str] = ()) -> None:
+    traces = network_traces(nb, pos, gold, returned, question=question)
     with fig.batch_update() if isinstance(fig, go.FigureWidget) else nullcontext():
         for tr, data in zip(fig.data, traces):
             tr.update(**data)
@@ -186,14 +203,15 @@ def returned_html(example: Example | None, trajs: Sequence[Trajectory], gold: Tr
     if example is None:
         return "<i>Pick a question to see its gold path and the agent's KG searches.</i>"
     parts = [f"<div style='font-family:sans-serif'><b>{html.escape(example.id)}</b>: {html.escape(example.question)}"
-             f" · answer <code>{html.escape(', '.join(example.answers[:2]))}</code></div>"]
+             f" · gold answer <code>{html.escape(' | '.join(example.answers[:3]) or MISSING)}</code></div>"]
     if gold:
         path = "<br>".join(f"<span style='color:{GOLD}'>{html.escape(t.render())}</span>" for t in gold)
         parts.append(f"<div style='font-family:monospace;font-size:12px;margin:4px 0'>gold path:<br>{path}</div>")
     else:
         parts.append("<div><i>This question has no gold KG path.</i></div>")
     if not has_run:
-        parts.append("<div><i>No run given: pass run= to see what the agent's KG searches returned.</i></div>")
+        parts.append("<div><i>No run: set <code>run_dir</code> in the notebook's parameters cell (or pass "
+                     "<code>run=</code> to <code>kg_explorer</code>) to see what the agent's KG searches returned.</i></div>")
         return "".join(parts)
     calls = [(t, c) for t in trajs for c in kg_calls(t)]
     if not calls:
@@ -217,9 +235,17 @@ def returned_html(example: Example | None, trajs: Sequence[Trajectory], gold: Tr
         parts.append(
             f"<div style='border-left:3px solid {RETURNED};padding:2px 8px;margin:6px 0;font-size:12px'>"
             f"<div style='font-family:sans-serif'>{html.escape(t.id)} · {html.escape(str(t.meta.get('method', t.protocol)))}"
+            f" · answered {_answer_mark(t, example)}"
             f" · entities <code>{html.escape(req)}</code> relations <code>{html.escape(rels)}</code> · "
             f"{len(triples)} triples{err}</div><div style='font-family:monospace'>{lines}{more}</div></div>")
     return "".join(parts)
+
+
+def _answer_mark(t: Trajectory, example: Example) -> str:
+    """The trajectory's answer and whether it is right (cover-EM against the gold aliases)."""
+    v = judge(t.answer, example.answers)
+    mark = MISSING if v.correct is None else ("✔" if v.correct else "✘")
+    return f"<code>{html.escape(show(t.answer))}</code> {mark}"
 
 
 # ----------------------------------------------------------------------------- the widget
@@ -348,8 +374,9 @@ class KGExplorer:
                            include=self.gold)
         self.neighbourhood, self.positions = nb, network_layout(nb, self.seed)
         name = nb.names[nb.center]
+        question = [anchor_of(self.example)[0]] if self.example is not None else []
         update_network(self.fig, nb, self.positions, self.gold, self.returned,
-                       title=f"{name}: {self.hops_w.value}-hop neighbourhood")
+                       title=f"{name}: {self.hops_w.value}-hop neighbourhood", question=question)
         cut = " (node cap reached: raise <i>max nodes</i> to see more)" if nb.truncated else ""
         in_view = sum(t in self.gold for t in nb.edges)
         gold = f" · gold path {in_view}/{len(self.gold)} edges drawn" if self.gold else ""
