@@ -137,7 +137,28 @@ def test_run_trajectories_and_one_transcript(runs_root):
     assert traj.protocol == "search_r1" and traj.answer == "Ada Quist" and traj.n_searches == 1
     html = dash.transcript_html(runs_root, RUN_A, row)
     assert "Tarnholm Mills" in html and "observation (loss mask 0)" in html
+    assert "gold <code style='background:#e6f4ea'>Ada Quist</code>" in html and "✔ correct" in html
     assert q.run_trajectories(runs_root, "no-such-run").empty
+    gold = dict(zip(df["question"], df["gold"]))
+    assert gold == {"Who founded Tarnholm Mills?": "Ada Quist", "Where is Ulmbridge?": "Ostrevia"}
+
+
+def test_two_runs_compared_question_by_question(runs_root):
+    from workbench.dashboard import compare_tab as ct
+
+    options = ct.source_options(q.method_metrics(runs_root))
+    assert options[0] == (RUN_B, "search_r1")  # newest run first
+    assert ct.default_pair(options) == ((RUN_A, "direct"), (RUN_A, "search_r1"))  # RUN_B has one method
+    frame, pairs = ct.comparison(runs_root, (RUN_A, "search_r1"), (RUN_B, "search_r1"))  # joined on the question
+    assert dict(zip(pairs["question"], pairs["category"])) == {"Where is Ulmbridge?": "fixed",
+                                                               "Who founded Tarnholm Mills?": "broken"}
+    assert pairs.attrs["only_right"] == 1 and pairs.attrs["only_left"] == 0  # b3 only in RUN_B
+    fixed = pairs[pairs["category"] == "fixed"].iloc[0]
+    view = ct.pair_view(runs_root, frame, fixed["left_row"], fixed["right_row"])
+    assert f"{RUN_A} · search_r1" in view and f"{RUN_B} · search_r1" in view and "Ostrevia" in view
+    assert "background:#fff3b0" in view and view.count("turn 0 · policy") == 2  # differences marked; both turns
+    shown = ct.pairs_frame(pairs)
+    assert list(shown["gold"]) == ["Ostrevia", "Ada Quist"] and "left cover-EM" in shown.columns
 
 
 def test_training_curves_numeric_columns_only(runs_root):
@@ -251,6 +272,43 @@ def test_static_export_contains_the_runs_and_no_cdn_links(runs_root, tmp_path):
         assert run_id in page
     assert "cdn.holoviz.org" not in page and "Plotly" in page
     assert "observation (loss mask 0)" in page  # transcripts are inlined for the offline page
+    assert "Question by question" in page and f"{RUN_A} \\u00b7 direct" in page and "both right" in page
+
+
+def test_served_dashboard_shows_gold_answers_and_opens_a_pair_in_chromium(runs_root, tmp_path):
+    """As a reader would: the drill-down's first transcript shows its gold answer at once, above the table (which has
+    a gold column); the question-by-question tab opens a pair of the two methods side by side; no warning text."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    server = dash.serve_dashboard(runs_root, port=port, threaded=True)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
+            page.wait_for_selector(".tabulator-row", timeout=60_000)
+            page.locator(".bk-tab", has_text="Trajectories").click()
+            verdict = page.locator(".wb-verdict").first
+            verdict.wait_for(timeout=30_000)
+            assert "gold" in verdict.inner_text()
+            assert page.locator(".tabulator-col-title", has_text="gold").count() >= 1
+            page.locator(".bk-tab", has_text="Question by question").click()
+            summary = page.locator(".wb-diff-summary").first
+            summary.wait_for(timeout=30_000)
+            assert "Ada Quist" in summary.inner_text()  # the gold answer of the pair opened first
+            assert page.get_by_text("both right").count() >= 1
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            for word in ("Warning", "Traceback", "could not be built"):
+                assert page.get_by_text(word).count() == 0, word
+            page.screenshot(path=str(tmp_path / "pairs.png"), full_page=True)
+            _artifact_dir().mkdir(parents=True, exist_ok=True)
+            shutil.copy(tmp_path / "pairs.png", _artifact_dir() / "dashboard-question-by-question.png")
+            browser.close()
+    finally:
+        server.stop()
+    assert width <= 1400  # every table fits the page
 
 
 # --------------------------------------------------------------------------- lab
@@ -356,7 +414,9 @@ def test_served_drilldown_pages_through_the_run(failed_root, monkeypatch):
     whole = dash.fq.run_trajectory_table(failed_root, RUN_F)
     monkeypatch.setattr(dash, "PAGE_ROWS", 3)
     select, section = dash._drilldown_section(failed_root, [RUN_F])
-    (prev, page, nxt, info), table = section[1]._inner_layout[0]
+    transcript = section[1]  # above the table: a click never moves the table
+    (prev, page, nxt, info), table = section[2]._inner_layout[0]
+    assert table.selection == [0] and "row 0" in transcript.object  # the first row opens at once
     assert len(table.value) == 3 and "1–3 of 4" in info.object
     nxt.clicks += 1  # page 2: the last row alone
     assert page.value == 2 and table.value["row"].tolist() == [3] and "4–4 of 4" in info.object
@@ -365,7 +425,7 @@ def test_served_drilldown_pages_through_the_run(failed_root, monkeypatch):
     bad = whole.index[whole["failed"] != ""].tolist()
     page.value = 1 + bad[0] // 3
     table.selection = [bad[0] % 3]  # picking a failed row shows its failure and transcript
-    assert "failed: failed_tool" in section[2].object and "observation (loss mask 0)" in section[2].object
+    assert "failed: failed_tool" in transcript.object and "observation (loss mask 0)" in transcript.object
 
 
 def test_header_tooltips_come_from_the_schema(failed_root):

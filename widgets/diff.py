@@ -153,17 +153,22 @@ def diff_html(frame: pd.DataFrame, trajs: Sequence[Trajectory], left: int | None
     return f"{summary}<table style='width:100%;table-layout:fixed'><tr>{cells}</tr></table>"
 
 
-def pairs_html(pairs: pd.DataFrame, max_rows: int = PAIR_ROWS) -> str:
-    """The comparison of two sources: counts per category, then the first ``max_rows`` pairs (gold, both answers and
-    scores)."""
+def counts_html(pairs: pd.DataFrame) -> str:
+    """One line: the two sources, how many question samples they share, the pairs per category, the questions only
+    one of them answered."""
     a = pairs.attrs
-    counts = category_counts(pairs)
-    colour = CATEGORY_COLOURS
-    head = (f"<div style='font-family:sans-serif;font-size:13px;margin:4px 0'><b>{html.escape(str(a.get('left')))}</b>"
+    return (f"<div style='font-family:sans-serif;font-size:13px;margin:4px 0'><b>{html.escape(str(a.get('left')))}</b>"
             f" → <b>{html.escape(str(a.get('right')))}</b> over {len(pairs)} shared question samples: "
-            + " · ".join(f"<b style='color:{colour[c]}'>{n} {c}</b>" for c, n in counts.items())
+            + " · ".join(f"<b style='color:{CATEGORY_COLOURS[c]}'>{n} {c}</b>" for c, n in category_counts(pairs).items())
             + (f" · only left: {a['only_left']} questions" if a.get("only_left") else "")
             + (f" · only right: {a['only_right']} questions" if a.get("only_right") else "") + "</div>")
+
+
+def pairs_html(pairs: pd.DataFrame, max_rows: int = PAIR_ROWS) -> str:
+    """The comparison of two sources: :func:`counts_html`, then the first ``max_rows`` pairs (gold, both answers and
+    scores)."""
+    a = pairs.attrs
+    head = counts_html(pairs)
     if pairs.empty:
         return head + "<i>No question answered by both.</i>"
     metric = "cover-EM" if a.get("metric") == "cem" else f"F1 ≥ {a.get('threshold', 0.5):g}"
@@ -171,6 +176,5 @@ def pairs_html(pairs: pd.DataFrame, max_rows: int = PAIR_ROWS) -> str:
              "left answer": r.left_answer, f"left {metric}": r.left_score, "left F1": r.left_f1,
              "right answer": r.right_answer, f"right {metric}": r.right_score, "right F1": r.right_f1}
             for r in pairs.head(max_rows).itertuples()]
-    cols = list(rows[0]) if rows else []
     more = f"<div><i>… {len(pairs) - max_rows} more (pick one below)</i></div>" if len(pairs) > max_rows else ""
-    return head + html_table(rows, cols) + more
+    return head + html_table(rows, list(rows[0])) + more

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.dashboard import compare_tab
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
 from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
@@ -38,6 +39,7 @@ from workbench.dashboard.figures import (  # noqa: F401 - the figures are part o
     with_metric_menu,
 )
 from workbench.dashboard.tooltips import column_tooltips
+from workbench.eval.compare import MISSING
 from workbench.http_stack import is_loopback
 
 log = logging.getLogger(__name__)
@@ -110,10 +112,12 @@ def _rounded(df: pd.DataFrame) -> pd.DataFrame:
 def _table(df: pd.DataFrame, means: bool = False, **kw: Any):
     pn = _pn()
     df = _rounded(df)
-    # every column fits the page width: text wraps (long ids too, at any character), numbers stay narrow,
-    # headers wrap between words ("n_trajectories" shows as "n trajectories")
+    # every column fits the page width: text wraps between words (a word breaks only when it alone is wider than its
+    # column), numbers stay narrow and show a missing value as MISSING, headers wrap ("n_trajectories": "n trajectories")
     text = {c: {"type": "textarea"} for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])}
-    narrow = {c: 84 for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])}
+    numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    narrow = {c: 72 for c in numeric}
+    text.update({c: _missing_number() for c in numeric})
     opts = dict(disabled=True, show_index=False, sizing_mode="stretch_width", layout="fit_columns",
                 titles={c: str(c).replace("_", " ") for c in df.columns},
                 header_tooltips=column_tooltips(list(df.columns), means=means),
@@ -125,9 +129,17 @@ def _table(df: pd.DataFrame, means: bool = False, **kw: Any):
 
 
 _TABLE_CSS = """
-.tabulator-cell { overflow-wrap: anywhere; }
+.tabulator-cell { overflow-wrap: break-word; word-break: normal; }
 .tabulator-col-title { white-space: normal !important; }
 """
+
+
+def _missing_number() -> Any:
+    """Floats with up to three decimals, a missing one as ``MISSING`` (the mark every view uses); a new model per
+    column (a bokeh model belongs to one page)."""
+    from bokeh.models.widgets.tables import NumberFormatter
+
+    return NumberFormatter(format="0.[000]", nan_format=MISSING, null_format=MISSING, text_align="right")
 
 
 def _red_if(v: Any) -> str:
@@ -143,8 +155,15 @@ def _runs_section(runs: pd.DataFrame):
     size = {"height": 480} if len(runs) > 10 else {}  # small tables grow to fit their (wrapped) rows
     n_err = int((runs["error"] != "").sum())
     n_incomplete = int(runs["status"].str.startswith("incomplete").sum())
-    table = _table(runs, selectable=1, widths={"run_id": 210, "created": 100, "error": 280 if n_err else 60,
-                                                "status": 200},
+    # shares of the table's width (they add up to 100%): every column on a 1400 px page, text wrapping between words
+    share = {"run_id": 9, "kind": 4, "status": 7, "error": 13 if n_err else 4, "created": 6, "model": 7, "dataset": 5,
+             "corpus_setting": 5, "methods": 10, "n_trajectories": 6, "failed": 4, "best_method": 8, "em": 4, "cem": 4,
+             "f1": 4, "n_searches": 5, "steps": 4, "reward_mean": 4}
+    if n_err:
+        share.update(run_id=8, status=5, methods=8)
+    # "2026-11-25 16:53:17" wraps at the space, where "2026-11-25T16:53:17" would break inside the time
+    runs = runs.assign(created=runs["created"].map(lambda v: v.replace("T", " ") if isinstance(v, str) else v))
+    table = _table(runs, selectable=1, widths={c: f"{share.get(c, 4)}%" for c in runs.columns},
                    formatters={"error": {"type": "textarea"}}, **size)
     table.style.map(_red_if, subset=["error", *(["failed"] if "failed" in runs else [])])
     table.style.map(_amber_if_incomplete, subset=["status"])
@@ -202,10 +221,10 @@ def _breakdown_section(runs_dir: Path):
 
 
 def transcript_html(runs_dir: Path, run_id: str, row: int) -> str:
-    """The transcript of one trajectory (``widgets.trajectory.turns_html``)."""
+    """The transcript of one trajectory beside its gold answer (``widgets.trajectory.turns_html``)."""
     from widgets.trajectory import turns_html
 
-    return turns_html(q.load_trajectory(runs_dir, run_id, row))
+    return turns_html(q.load_trajectory(runs_dir, run_id, row), example=q.run_examples(runs_dir, run_id))
 
 
 def failure_html(failed: str, failure: str) -> str:
@@ -235,8 +254,13 @@ def _static_transcripts(runs_dir: Path, run_id: str, trajs: pd.DataFrame, total:
 
 
 def _trajectory_table(df: pd.DataFrame, pagination: str | None = "local"):
+    # shares of the table's width (adding up to 100%), so every column fits and wraps between words
+    share = {"row": 4, "id": 12, "method": 9, "question": 22, "answer": 13, "gold": 12, "cem": 4, "f1": 4,
+             "n_searches": 5, "finish_reason": 7, "failed": 4, "failure": 4}
+    if "failure" in df and (df["failure"].astype(str) != "").any():
+        share.update(id=10, question=18, answer=11, gold=10, failed=6, failure=12)
     table = _table(df, selectable=1, page_size=15 if pagination else None, pagination=pagination,
-                   widths={"question": 360, "answer": 220, **({"failed": 110, "failure": 260} if "failure" in df else {})})
+                   widths={c: f"{share.get(c, 4)}%" for c in df.columns})
     if "failed" in df:
         table.style.map(_red_if, subset=["failed", "failure"])
     return table
@@ -251,7 +275,9 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
         return None, pn.pane.Alert("No readable trajectories.", alert_type="info")
     run_select = pn.widgets.Select(label="run", options=run_ids, value=run_ids[0], width=420)
     hint = "<i>Select a trajectory (a row) to see its transcript.</i>"
-    transcript = pn.pane.HTML(hint, sizing_mode="stretch_width")
+    # above the table, in a box of its own height: a click never moves the table
+    transcript = pn.pane.HTML(hint, sizing_mode="stretch_width", height=compare_tab.VIEW_HEIGHT,
+                              styles={"overflow-y": "auto", "border-bottom": "1px solid #ddd"})
 
     def trajectories(run_id: str):
         n, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
@@ -274,8 +300,9 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
             if not event.new:
                 return
             r = state["df"].iloc[event.new[0]]
+            transcript.object = f"<b>row {int(r['row'])}</b> of the table below<br>"
             try:
-                transcript.object = failure_html(r["failed"], r["failure"]) + transcript_html(runs_dir, run_id, int(r["row"]))
+                transcript.object += failure_html(r["failed"], r["failure"]) + transcript_html(runs_dir, run_id, int(r["row"]))
             except Exception as e:  # noqa: BLE001 - shown in place of the transcript
                 transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
@@ -285,11 +312,13 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
         table.param.watch(show, "selection")
         load()
         transcript.object = hint
+        if len(state["df"]):
+            table.selection = [0]  # the first trajectory opens at once (show() draws it)
         return pn.Column(*_features_note(failures_error), pn.Row(prev, page, nxt, info), table,
                          sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
-    return run_select, pn.Column(run_select, pn.panel(body), transcript, sizing_mode="stretch_width")
+    return run_select, pn.Column(run_select, transcript, pn.panel(body), sizing_mode="stretch_width")
 
 
 def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):
@@ -370,6 +399,7 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
         ("Training", _safe("training curves", lambda: _training_section(root), problems)),
         ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
         ("Trajectories", drill),
+        ("Question by question", _safe("question-by-question comparison", lambda: _compare_questions(root, static), problems)),
         *ask,
         dynamic=False, sizing_mode="stretch_width",
     )
@@ -386,6 +416,14 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
 
         runs_table.param.watch(pick, "selection")
     return pn.Column(header, runs_view, tabs, sizing_mode="stretch_width", name="dashboard")
+
+
+def _compare_questions(root: Path, static: bool):
+    """Two sources joined on their shared questions (``compare_tab``): served, any two; static, the default pair."""
+    methods = q.method_metrics(root)
+    if static:
+        return _pn().pane.HTML(compare_tab.static_compare_html(root, methods), sizing_mode="stretch_width")
+    return compare_tab.compare_section(root, methods, _table)
 
 
 def _ask_section(root: Path, asker: Any, ask_paths: bool):

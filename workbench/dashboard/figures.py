@@ -53,8 +53,10 @@ def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
         data = df if by == "run_id" else df.groupby([by, "method"], as_index=False)[m].mean()
         for method, g in data.groupby("method", sort=True):
             traces.setdefault(m, []).append(len(fig.data))
+            # each bar labelled with its value: a method that scored 0 shows "0" where its bar would be
             fig.add_bar(name=escape_label(method), x=g[by].map(escape_label), y=g[m], marker_color=colours[str(method)],
-                        legendgroup=str(method))
+                        legendgroup=str(method), text=g[m], texttemplate="%{y:.3~f}", textposition="outside",
+                        cliponaxis=False)
     what = "run" if by == "run_id" else f"{by} (mean over runs)"
     fig.update_layout(barmode="group", height=380, legend_title_text="method", xaxis_type="category")
     return with_metric_menu(fig, traces, {m: f"{m} by {what} and method" for m in metrics})

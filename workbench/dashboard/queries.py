@@ -27,8 +27,9 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.data.example import Example
 from workbench.io import read_jsonl
-from workbench.runs import CONFIG, METRICS, STEP_METRICS, TRAJECTORIES, run_status
+from workbench.runs import CONFIG, EXAMPLES, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.trajectory import Trajectory
 
 #: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
@@ -127,7 +128,8 @@ def _sql_str(x: str) -> str:
 class _Trajectories:
     """A DuckDB cursor and ``view``, the SQL of ``t`` in every query: one row per trajectory of every readable run.
 
-    Columns: run_id, row (position in its file), method, protocol, dataset, hops, id, question, answer, finish_reason,
+    Columns: run_id, row (position in its file), method, protocol, dataset, hops, id, example_id, sample_idx, question,
+    answer, finish_reason,
     n_searches, n_invalid, n_policy_tokens, latency_s, em, cem, f1, format_ok (NULL where a
     run has no such column). ``files``: ``{run_id: path}``; a row's run id is looked up by its file.
     """
@@ -169,7 +171,7 @@ class _Trajectories:
                 protocol,
                 {meta("dataset")} AS dataset,
                 {meta("hops", "INTEGER")} AS hops,
-                id, question, answer, finish_reason,
+                id, {col("example_id", "VARCHAR")}, {col("sample_idx", "INTEGER")}, question, answer, finish_reason,
                 {col("n_searches", "INTEGER")}, {col("n_invalid", "INTEGER")}, {col("n_policy_tokens", "INTEGER")}, {col("latency_s")},
                 {", ".join(col(m) for m in ANSWER_METRICS)}
             FROM {source}{join}
@@ -269,12 +271,39 @@ def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
     )
 
 
-TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "f1", "n_searches", "finish_reason"]
+TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "gold", "cem", "f1", "n_searches", "finish_reason"]
+
+
+def run_examples(runs_dir: str | os.PathLike, run_id: str) -> dict[str, Example]:
+    """The run's examples by id (gold answers and passages; read once while ``examples.jsonl`` is unchanged)."""
+    from workbench.data.example import load_examples
+
+    p = _root(runs_dir) / run_id / EXAMPLES
+    try:
+        key = _key(p)
+    except OSError:
+        return {}
+    if key not in _EXAMPLES:
+        while len(_EXAMPLES) >= 8:  # a few runs' at a time: the drill-down and the comparison read one or two
+            _EXAMPLES.pop(next(iter(_EXAMPLES)))
+        _EXAMPLES[key] = {e.id: e for e in load_examples(p)}
+    return _EXAMPLES[key]
+
+
+#: ``(path, mtime_ns, size) -> {id: Example}`` of the runs' examples files last read.
+_EXAMPLES: dict[tuple[str, int, int], dict[str, Example]] = {}
+
+
+def gold_answers(runs_dir: str | os.PathLike, run_id: str, example_ids: Any) -> list[str | None]:
+    """The gold aliases of each example id, joined by " | " (None where the run has no such example)."""
+    ex = run_examples(runs_dir, run_id)
+    return [" | ".join(ex[e].answers) if e in ex and ex[e].answers else None for e in example_ids]
 
 
 def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None,
                      offset: int = 0) -> pd.DataFrame:
-    """The trajectories of one run: row, id, method, question, answer, f1, n_searches, finish_reason.
+    """The trajectories of one run: row, id, method, question, answer, gold (the example's aliases, from
+    ``examples.jsonl``), cem, f1, n_searches, finish_reason.
 
     ``row`` (position in the file) identifies a trajectory: ids repeat across methods. Only these
     columns are read (never the turns); ``limit`` / ``offset`` page through a big run (rows
@@ -284,10 +313,31 @@ def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None
     if run_id not in src.files:
         return pd.DataFrame(columns=TRAJECTORY_COLUMNS)
     t = _Trajectories({run_id: src.files[run_id]})
-    columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS)
+    columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS if c != "gold")
     # a range of positions, not LIMIT/OFFSET after a sort: DuckDB skips the row groups outside it
     end = f' AND "row" < {int(offset) + int(limit)}' if limit is not None else ""
-    return t.df(f'SELECT {columns} FROM t WHERE "row" >= {int(offset)}{end} ORDER BY "row"')
+    df = t.df(f'SELECT {columns}, example_id FROM t WHERE "row" >= {int(offset)}{end} ORDER BY "row"')
+    df.insert(TRAJECTORY_COLUMNS.index("gold"), "gold", gold_answers(runs_dir, run_id, df.pop("example_id")))
+    return df
+
+
+SOURCE_COLUMNS = ["row", "example_id", "sample_idx", "question", "answer", "em", "cem", "f1", "n_searches",
+                  "n_policy_tokens", "finish_reason"]
+
+
+def source_rows(runs_dir: str | os.PathLike, run_id: str, method: str) -> pd.DataFrame:
+    """One method's trajectories of one run, for comparing it with another (``workbench.eval.compare.pair_table``):
+    row, example_id, sample_idx, question, answer, em, cem, f1, n_searches, n_policy_tokens, finish_reason, and
+    ``gold`` (the aliases, a list)."""
+    src = trajectory_sources(runs_dir)
+    if run_id not in src.files:
+        return pd.DataFrame(columns=[*SOURCE_COLUMNS, "gold"])
+    t = _Trajectories({run_id: src.files[run_id]}, src.columns)
+    columns = ", ".join(f'"{c}"' for c in SOURCE_COLUMNS)
+    df = t.df(f'SELECT {columns} FROM t WHERE method = ? ORDER BY "row"', [method])
+    ex = run_examples(runs_dir, run_id)
+    df["gold"] = [ex[e].answers if e in ex else None for e in df["example_id"]]
+    return df
 
 
 def run_size(runs_dir: str | os.PathLike, run_id: str) -> int:
