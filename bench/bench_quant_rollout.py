@@ -1,0 +1,237 @@
+"""Side by side on this CPU: the fp32 HF backend, the int4 engine (``--rollout-engine int4``) and llama.cpp on the
+same GGUF (the default model's Q4_1 file), on the same token ids.
+
+    .venv/bin/python bench/bench_quant_rollout.py [--threads 1] [--repeats 3] [--engines fp32,int4,llama.cpp]
+
+Workloads (real agent prompts: the search_r1 protocol's turn 0 with chat observations, dev questions of the default
+world, as ``bench_rollout.py`` builds them; 64 new tokens):
+
+- ``prefill``: each of the 8 distinct prompts (~335 tokens) alone, 1 new token: prompt tokens per second;
+- ``one row``: one prompt, greedy (it stops at EOS after 37 tokens): generated tokens per second of the call
+  (prefill included), and of its decode steps alone (``1-row decode``: the call's CPU time less that prompt's
+  prefill, by CPU time);
+- ``group of 8``: one prompt 8 times, temperature 1 (a GRPO group; the prompt is prefilled once);
+- ``8 distinct``: 8 prompts in one call, greedy.
+
+llama.cpp runs through llama-cpp-python's low-level API (``llama_batch`` with one sequence id per row, the group's
+prompt prefilled once and its key/value cells copied to the other rows, logits of each row's last token; sampling in
+numpy, so the logprobs are computed the same way), in a subprocess of this script (its OpenMP beside torch's). It
+needs ``pip install llama-cpp-python`` (no wheel for this platform: built from the sdist; see bench/RESULTS.md).
+Each (engine, workload) runs ``--repeats`` times, engines interleaved; the tables show the median rates by wall time
+and by the process's CPU time (with one thread, the work done: the steadier figure on a shared machine) and the load
+average. Without the adapter: llama.cpp would need it converted to a GGUF LoRA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+WORKLOADS = ("prefill", "one row", "group of 8", "8 distinct")
+
+
+def make_prompts(n: int = 8) -> tuple[list[list[int]], list[list[int]]]:
+    from workbench.data.world import load_world
+    from workbench.methods import get_protocol
+    from workbench.models import load_tokenizer
+    from workbench.rollout.backends.base import encode_chat
+
+    tok = load_tokenizer()
+    protocol = get_protocol("search_r1", observation_mode="chat")
+    dev = load_world().split("dev")
+    distinct = [encode_chat(tok, protocol.messages(ex)) for ex in dev[:n]]
+    return distinct, [distinct[0]] * n
+
+
+# --------------------------------------------------------------------------- torch engines
+
+
+def torch_runner(engine: str, threads: int):
+    import torch
+
+    from workbench.models import load_policy
+    from workbench.rollout.backends import SamplingParams
+    from workbench.rollout.backends.quant import make_backend
+
+    torch.set_num_threads(threads)
+    model, tok = load_policy(device="cpu")
+    backend = make_backend(engine, model, tok)
+    backend.generate([tok.encode("warm up")], SamplingParams(max_new_tokens=4, temperature=0.0))
+
+    def run(prompts: list[list[int]], new: int, temperature: float) -> int:
+        backend.clear_cache()
+        gens = backend.generate(prompts, SamplingParams(max_new_tokens=new, temperature=temperature, seed=0))
+        return sum(len(g.token_ids) for g in gens)
+
+    return run
+
+
+# --------------------------------------------------------------------------- llama.cpp
+
+
+class LlamaCpp:
+    """Token ids in, sampled ids (and their logprobs) out, several sequences per ``llama_decode``."""
+
+    def __init__(self, path: str, threads: int, n_ctx: int = 8192, n_batch: int = 512, seqs: int = 8):
+        import llama_cpp as L
+
+        self.L = L
+        L.llama_backend_init()
+        mp = L.llama_model_default_params()
+        self.model = L.llama_model_load_from_file(path.encode(), mp)
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n_ctx, n_batch, n_batch, seqs
+        cp.n_threads = cp.n_threads_batch = threads
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        self.n_batch, self.seqs = n_batch, seqs
+        self.vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.eos = {2}
+        self.batch = L.llama_batch_init(n_batch, 0, seqs)
+
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        """items: (token, position, sequence, wants logits)."""
+        b = self.batch
+        for i, (tok, pos, seq, logits) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, logits
+            b.seq_id[i][0] = seq
+        b.n_tokens = len(items)
+        if self.L.llama_decode(self.ctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def logits(self, i: int):
+        import numpy as np
+
+        return np.ctypeslib.as_array(self.L.llama_get_logits_ith(self.ctx, i), shape=(self.vocab,)).astype(np.float64)
+
+    def generate(self, prompts: list[list[int]], new: int, temperature: float, seed: int = 0) -> int:
+        import numpy as np
+
+        L = self.L
+        mem = L.llama_get_memory(self.ctx)
+        L.llama_memory_clear(mem, True)
+        rng = np.random.default_rng(seed)
+        uniq = list(dict.fromkeys(tuple(p) for p in prompts))
+        seq_of = {}
+        for s, p in enumerate(uniq):  # prefill each distinct prompt once, in chunks of n_batch tokens
+            for a in range(0, len(p), self.n_batch):
+                chunk = p[a : a + self.n_batch]
+                self._decode([(t, a + j, s, a + j == len(p) - 1) for j, t in enumerate(chunk)])
+            seq_of[p] = (s, self.logits(len(chunk) - 1))
+        rows, last, used, fresh = [], [], set(), len(uniq)
+        for p in prompts:  # a repeated prompt's cells are copied to a sequence of its own
+            s, lg = seq_of[tuple(p)]
+            if s in used:
+                L.llama_memory_seq_cp(mem, s, fresh, -1, -1)
+                s, fresh = fresh, fresh + 1
+            used.add(s)
+            rows.append([s, len(p)])
+            last.append(lg)
+        done, n_gen = [False] * len(prompts), 0
+        for _step in range(new):
+            items = []
+            for r, lg in enumerate(last):
+                if done[r]:
+                    continue
+                logp = lg - lg.max()
+                logp -= np.log(np.exp(logp).sum())
+                if temperature == 0:
+                    tok = int(lg.argmax())
+                else:
+                    p = np.exp((lg - lg.max()) / temperature)
+                    tok = int(rng.choice(len(p), p=p / p.sum()))
+                _ = logp[tok]  # the sampled token's logprob, as the backends return it
+                n_gen += 1
+                if tok in self.eos or _step == new - 1:
+                    done[r] = True
+                    continue
+                s, pos = rows[r]
+                items.append((tok, pos, s, True))
+                rows[r][1] += 1
+            if not items:
+                break
+            self._decode(items)
+            k = 0
+            for r in range(len(last)):
+                if not done[r]:
+                    last[r] = self.logits(k)
+                    k += 1
+        return n_gen
+
+
+def llama_worker(threads: int, repeats: int) -> None:
+    """Runs in a subprocess: every workload ``repeats`` times; one JSON line of {workload: [(tokens, seconds)]}."""
+    from workbench.models import packaged_gguf_path
+
+    distinct, group = make_prompts()
+    eng = LlamaCpp(str(packaged_gguf_path("smollm2-135m")), threads)
+    out: dict[str, list[tuple[int, float, float, float]]] = {w: [] for w in WORKLOADS}
+    for _ in range(repeats):
+        for w, calls in workload_args(distinct, group).items():
+            out[w].append(timed(eng.generate, calls))
+    print("JSON " + json.dumps(out))
+
+
+def workload_args(distinct, group) -> dict[str, list[tuple[list[list[int]], int, float]]]:
+    """Each workload's calls: (prompts, new tokens, temperature)."""
+    return {"prefill": [([p], 1, 0.0) for p in distinct], "one row": [([distinct[0]], 64, 0.0)],
+            "group of 8": [(group, 64, 1.0)], "8 distinct": [(distinct, 64, 0.0)]}
+
+
+def timed(run, calls) -> tuple[int, float, float, float]:
+    """(tokens, wall s, CPU s, CPU s of the first call) of a workload's calls; a prefill counts prompt tokens."""
+    n = wall = cpu = first = 0.0
+    for prompts, new, temp in calls:
+        t0, c0 = time.perf_counter(), time.process_time()
+        k = run(prompts, new, temp)
+        dw, dc = time.perf_counter() - t0, time.process_time() - c0
+        n, wall, cpu = n + (k if new > 1 else sum(map(len, prompts))), wall + dw, cpu + dc
+        first = first or dc
+    return int(n), wall, cpu, first
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--engines", default="fp32,int4,llama.cpp")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker == "llama.cpp":
+        return llama_worker(args.threads, args.repeats)
+    engines = args.engines.split(",")
+    distinct, group = make_prompts()
+    load0 = os.getloadavg()[0]
+    res: dict[str, dict[str, list[tuple[int, float, float, float]]]] = {}
+    runners = {e: torch_runner(e, args.threads) for e in engines if e != "llama.cpp"}
+    for _ in range(args.repeats):  # engines interleaved: load from other jobs hits them alike
+        for e, run in runners.items():
+            for w, calls in workload_args(distinct, group).items():
+                res.setdefault(e, {}).setdefault(w, []).append(timed(run, calls))
+    if "llama.cpp" in engines:
+        p = subprocess.run([sys.executable, __file__, "--worker", "llama.cpp", "--threads", str(args.threads),
+                            "--repeats", str(args.repeats)], capture_output=True, text=True)
+        line = [x for x in p.stdout.splitlines() if x.startswith("JSON ")]
+        if not line:
+            print(f"# llama.cpp failed: {p.stderr[-800:]}")
+        else:
+            res["llama.cpp"] = json.loads(line[0][5:])
+    print(f"# {os.cpu_count()} cores, {args.threads} thread(s), load average {load0:.1f} at start, "
+          f"{os.getloadavg()[0]:.1f} at end; 64 new tokens; median of {args.repeats}")
+    for label, col in (("wall", 1), ("process CPU time", 2)):
+        print(f"# tokens per second of {label}")
+        print(f"{'engine':<10} " + " ".join(f"{w:>12}" for w in WORKLOADS) + f" {'1-row decode':>13}")
+        for e, by in res.items():
+            med = {w: statistics.median(r[0] / r[col] for r in by[w]) for w in WORKLOADS}
+            pre = statistics.median(r[3] for r in by["prefill"])  # prompt 0's prefill alone (CPU s)
+            n1, t1 = statistics.median(r[0] for r in by["one row"]), statistics.median(r[2] for r in by["one row"])
+            decode = (n1 - 1) / max(1e-9, t1 - pre)  # by CPU time in both tables
+            print(f"{e:<10} " + " ".join(f"{med[w]:>12.1f}" for w in WORKLOADS) + f" {decode:>13.1f}")
+
+
+if __name__ == "__main__":
+    main()
