@@ -76,6 +76,8 @@ def test_best_gain_breaks_ties_by_f1_and_says_when_nothing_differs():
     q, note = best_gain(f, "a", "a")
     assert q == "q1" and "score the same cover-EM or F1 on every one of their 3 shared questions" in note
     assert best_gain(f, "a", "c")[0] is None
+    worse = f[f["question"] != "q1"]  # on q2 b averages 0.5 against a's 1: b gains nowhere
+    assert best_gain(worse, "a", "b") == ("q2", "b gains cover-EM on no shared question: opened where it lost least to a")
 
 
 def test_word_diff_marks_what_changed():

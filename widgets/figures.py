@@ -42,7 +42,12 @@ def table_view(df: pd.DataFrame, labels: dict[str, str] | None = None, digits: i
     def label(c: Any) -> str:  # wraps between words and after a slash, never inside a word
         return str((labels or {}).get(c, c)).replace("_", " ").replace("/", "/\u200b")
 
-    return (df.rename(columns=label).style.format(precision=digits, na_rep=MISSING)
+    shown = df.rename(columns=label)
+    lists = [c for c in shown.columns
+             if shown[c].dtype == object and shown[c].map(lambda v: isinstance(v, (list, tuple))).any()]
+    return (shown.style.format(precision=digits, na_rep=MISSING)
+            .format(lambda v: " | ".join(map(str, v)) if isinstance(v, (list, tuple)) else v, subset=lists,
+                    na_rep=MISSING)
             .set_table_styles([{"selector": "th", "props": "white-space:normal;max-width:7em;font-size:12px;"
                                                             "overflow-wrap:normal;padding:2px 6px"},
                                {"selector": "td", "props": "font-size:12px;padding:2px 6px"}]))

@@ -213,6 +213,11 @@ def returned_html(example: Example | None, trajs: Sequence[Trajectory], gold: Tr
         parts.append("<div><i>No run: set <code>run_dir</code> in the notebook's parameters cell (or pass "
                      "<code>run=</code> to <code>kg_explorer</code>) to see what the agent's KG searches returned.</i></div>")
         return "".join(parts)
+    if trajs:  # what the run answered, beside the gold answer above
+        answers = " · ".join(f"{html.escape(str(t.meta.get('method', t.protocol)))} {_answer_mark(t, example)}"
+                             for t in trajs[:8])
+        parts.append(f"<div style='font-family:sans-serif;font-size:12px'>the run's answers: {answers}"
+                     f"{' …' if len(trajs) > 8 else ''}</div>")
     calls = [(t, c) for t in trajs for c in kg_calls(t)]
     if not calls:
         methods = sorted({t.meta.get("method", t.protocol) for t in trajs}) or ["none"]

@@ -191,7 +191,7 @@ def best_gain(frame: pd.DataFrame, left: str, right: str, metric: str = "cem") -
     >>> f = pd.DataFrame({"source": ["a", "b", "a", "b"], "question": ["q1", "q1", "q2", "q2"],
     ...                   "cem": [0.0, 0.0, 0.0, 0.0], "f1": [0.0, 0.0, 0.2, 0.6]})
     >>> best_gain(f, "a", "b")
-    ('q2', 'b and a score the same cover-EM on every shared question: opened where b gained most F1')
+    ('q2', 'b and a score the same cover-EM on every shared question: opened where b gained most F1 over a')
     """
     keys = [metric] + (["f1"] if metric != "f1" and "f1" in frame.columns else [])
     shared = None
@@ -205,10 +205,12 @@ def best_gain(frame: pd.DataFrame, left: str, right: str, metric: str = "cem") -
             shared = gap.index
         gap = gap[gap != 0]
         if not gap.empty:
-            q = gap.sort_values(ascending=False, kind="stable").index[0]
-            note = (f"opened where {right} gained most {METRIC_NAMES.get(k, k)} over {left}" if k == metric else
-                    f"{right} and {left} score the same {METRIC_NAMES.get(metric, metric)} on every shared question: "
-                    f"opened where {right} gained most {METRIC_NAMES.get(k, k)}")
+            ranked = gap.sort_values(ascending=False, kind="stable")
+            q, name = ranked.index[0], METRIC_NAMES.get(k, k)
+            where = (f"opened where {right} gained most {name} over {left}" if ranked.iloc[0] > 0 else
+                     f"{right} gains {name} on no shared question: opened where it lost least to {left}")
+            note = where if k == metric else (f"{right} and {left} score the same {METRIC_NAMES.get(metric, metric)} "
+                                              f"on every shared question: {where}")
             return q, note
     if shared is None or not len(shared):
         return None, f"{left} and {right} share no question"
