@@ -102,10 +102,13 @@ def _left_out(*frames: pd.DataFrame) -> list[Any]:
 
 
 def _rounded(df: pd.DataFrame) -> pd.DataFrame:
+    """Floats to three decimals; a missing text (no answer, no gold) as ``MISSING``, as every view shows it."""
     df = df.copy()
     for c in df.columns:
         if pd.api.types.is_float_dtype(df[c]):
             df[c] = df[c].round(3)
+        elif df[c].dtype == object:
+            df[c] = df[c].where(df[c].notna(), MISSING)
     return df
 
 
