@@ -294,10 +294,41 @@ def run_examples(runs_dir: str | os.PathLike, run_id: str) -> dict[str, Example]
 _EXAMPLES: dict[tuple[str, int, int], dict[str, Example]] = {}
 
 
+def run_gold(runs_dir: str | os.PathLike, run_id: str) -> dict[str, str]:
+    """Each example id's gold aliases joined by " | ", from the run's ``examples.jsonl`` (only ``id`` and ``answers``
+    are kept, so many runs' stay cached: the drill-down of a 1M-trajectory root moves between runs)."""
+    p = _root(runs_dir) / run_id / EXAMPLES
+    try:
+        key = _key(p)
+    except OSError:
+        return {}
+    if key not in _GOLD:
+        while len(_GOLD) >= 256:
+            _GOLD.pop(next(iter(_GOLD)))
+        gold = {}
+        with p.open(encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    d = json.loads(line)
+                    answers = d.get("answers") or []
+                    gold[str(d["id"])] = " | ".join(str(a) for a in answers)
+                except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as e:
+                    raise ValueError(f"{p}:{i}: not a valid example line ({e!r})") from e
+        _GOLD[key] = gold
+    return _GOLD[key]
+
+
+#: ``(path, mtime_ns, size) -> {id: "alias | alias"}`` of the runs' examples files last read.
+_GOLD: dict[tuple[str, int, int], dict[str, str]] = {}
+
+
 def gold_answers(runs_dir: str | os.PathLike, run_id: str, example_ids: Any) -> list[str | None]:
     """The gold aliases of each example id, joined by " | " (None where the run has no such example)."""
-    ex = run_examples(runs_dir, run_id)
-    return [" | ".join(ex[e].answers) if e in ex and ex[e].answers else None for e in example_ids]
+    gold = run_gold(runs_dir, run_id)
+    ids = example_ids.tolist() if hasattr(example_ids, "tolist") else list(example_ids)
+    return [gold.get(e) or None if isinstance(e, str) else None for e in ids]
 
 
 def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None,
