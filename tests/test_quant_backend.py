@@ -171,6 +171,8 @@ def test_engine_choice_and_the_flag_that_forces_fp32(policy):
         choose_engine("int8", model)
     with pytest.raises(ValueError, match="resolve 'auto'"):
         make_backend("auto", model, tok)
+    assert choose_engine("auto", torch.nn.Linear(32, 32)) == (
+        "fp32", "auto: not a transformers model (no config), the int4 engine copies one")
 
 
 def test_eval_records_and_obeys_the_engine_flag(tmp_path, one_thread):

@@ -198,7 +198,7 @@ def quantize_model(model: nn.Module, decode_rows: int = DECODE_ROWS) -> nn.Modul
         parent_name, _, child = name.rpartition(".")
         parent = qmodel.get_submodule(parent_name) if parent_name else qmodel
         setattr(parent, child, QuantLinear(src, decode_rows))
-    if getattr(qmodel.config, "_attn_implementation", None) == "sdpa":
+    if getattr(getattr(qmodel, "config", None), "_attn_implementation", None) == "sdpa":
         _register_attention()
         qmodel.config._attn_implementation = ATTENTION
     qmodel.eval()
@@ -225,6 +225,9 @@ def choose_engine(engine: str, model: Any) -> tuple[str, str]:
         raise ValueError(f"rollout engine {engine!r} is not one of {', '.join(ENGINES)}")
     if engine != "auto":
         return engine, "asked for"
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base, "config", None) is None:
+        return "fp32", "auto: not a transformers model (no config), the int4 engine copies one"
     p = next(model.parameters())
     if p.device.type != "cpu":
         return "fp32", f"auto: the model is on {p.device.type}, the int4 engine is for CPUs"
