@@ -52,7 +52,7 @@ demo: setup
 # built once), each on one torch thread: the suite is mostly single-threaded CPU work. verl's own environment is
 # built first, so the verl agent-loop, dataset and launch-config tests run (they skip only where it is absent).
 test: setup verl-env
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -62,6 +62,12 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int = 10_000, seed: int
     return mean_interval(b - a, reps, seed)
 
 
+def pa_numeric(t: Any) -> bool:
+    import pyarrow.types as pt
+
+    return pt.is_floating(t) or pt.is_integer(t) or pt.is_boolean(t)
+
+
 def per_question(run_dir: str, method: str, metric: str, reward: Any = None) -> pd.DataFrame:
     """One row per question of ``method`` in the eval run ``run_dir``: the metric's mean over samples (``v``),
     hops, searches, answered and format-valid shares. With ``reward`` (a reward preset's ``Rubric``) the value is
@@ -70,6 +76,14 @@ def per_question(run_dir: str, method: str, metric: str, reward: Any = None) -> 
 
     run = open_run(run_dir)
     cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if reward is not None else [metric])
+    if reward is None:  # a metric name that is not a column: one line naming the numeric columns there are
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(run.path / "trajectories.parquet")
+        numeric = [f.name for f in schema if pa_numeric(f.type) and f.name not in ("sample_idx", "hops")]
+        if metric not in schema.names:
+            raise SystemExit(f"compare_methods: --metric {metric!r} is not a column of {run_dir}'s trajectories; "
+                             f"one of: {', '.join(numeric)}")
     df = pd.read_parquet(run.path / "trajectories.parquet", columns=cols)
     df = df[df["method"] == method]
     if reward is not None and not df.empty:

@@ -83,6 +83,9 @@ def test_compare_methods_pairs_two_eval_runs_by_question(tmp_path, monkeypatch, 
     monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "other"])
     with pytest.raises(SystemExit, match="no trajectories of method 'other'"):
         cm.main()
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m+lora", "--metric", "cover_em"])
+    with pytest.raises(SystemExit, match=r"--metric 'cover_em' is not a column of .*; one of: .*\bcem\b"):
+        cm.main()
 
 
 def test_compare_methods_compares_a_reward_from_the_features(tmp_path, monkeypatch, capsys):
