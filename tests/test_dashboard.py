@@ -491,7 +491,7 @@ def test_gold_answers_follow_the_examples_file_and_name_a_bad_line(tmp_path):
     ex = run / "examples.jsonl"
     ex.write_text('{"id": "a", "question": "q", "answers": ["Ada Quist", "A. Quist"]}\n{"id": "b", "answers": []}\n')
     assert q.gold_answers(tmp_path, "r1", ["a", "b", "c", None]) == ["Ada Quist | A. Quist", None, None, None]
-    ex.write_text('{"id": "a", "answers": ["Ostrevia"]}\n\n')  # rewritten: the cached map is not used
+    ex.write_text('{"id": "a", "answers": "Ostrevia"}\n\n')  # rewritten: the cached map is not used; a bare alias
     assert q.gold_answers(tmp_path, "r1", ["a"]) == ["Ostrevia"]
     ex.write_text('{"id": "a", "answers": ["x"]}\nnot json\n')
     with pytest.raises(ValueError, match=r"examples.jsonl:2: not a valid example line"):

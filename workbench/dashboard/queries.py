@@ -313,6 +313,7 @@ def run_gold(runs_dir: str | os.PathLike, run_id: str) -> dict[str, str]:
                 try:
                     d = json.loads(line)
                     answers = d.get("answers") or []
+                    answers = [answers] if isinstance(answers, str) else answers  # one alias written bare
                     gold[str(d["id"])] = " | ".join(str(a) for a in answers)
                 except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as e:
                     raise ValueError(f"{p}:{i}: not a valid example line ({e!r})") from e
