@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from workbench.data.example import Example
+from workbench.data.example import Example, as_answers, load_examples
 from workbench.io import read_jsonl
 from workbench.runs import CONFIG, EXAMPLES, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.trajectory import Trajectory
@@ -274,20 +275,24 @@ def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
 TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "gold", "cem", "f1", "n_searches", "finish_reason"]
 
 
-def run_examples(runs_dir: str | os.PathLike, run_id: str) -> dict[str, Example]:
-    """The run's examples by id (gold answers and passages; read once while ``examples.jsonl`` is unchanged)."""
-    from workbench.data.example import load_examples
-
-    p = _root(runs_dir) / run_id / EXAMPLES
+def _cached_file(cache: dict, size: int, p: Path, read: Callable[[Path], dict]) -> dict:
+    """``read(p)``, kept in ``cache`` (at most ``size`` files, the oldest dropped) while ``p`` is unchanged;
+    ``{}`` when ``p`` is missing."""
     try:
         key = _key(p)
     except OSError:
         return {}
-    if key not in _EXAMPLES:
-        while len(_EXAMPLES) >= 8:  # a few runs' at a time: the drill-down and the comparison read one or two
-            _EXAMPLES.pop(next(iter(_EXAMPLES)))
-        _EXAMPLES[key] = {e.id: e for e in load_examples(p)}
-    return _EXAMPLES[key]
+    if key not in cache:
+        while len(cache) >= size:
+            cache.pop(next(iter(cache)))
+        cache[key] = read(p)
+    return cache[key]
+
+
+def run_examples(runs_dir: str | os.PathLike, run_id: str) -> dict[str, Example]:
+    """The run's examples by id (gold answers and passages; read once while ``examples.jsonl`` is unchanged)."""
+    # a few runs' at a time: the drill-down and the comparison read one or two
+    return _cached_file(_EXAMPLES, 8, _root(runs_dir) / run_id / EXAMPLES, lambda p: {e.id: e for e in load_examples(p)})
 
 
 #: ``(path, mtime_ns, size) -> {id: Example}`` of the runs' examples files last read.
@@ -297,14 +302,8 @@ _EXAMPLES: dict[tuple[str, int, int], dict[str, Example]] = {}
 def run_gold(runs_dir: str | os.PathLike, run_id: str) -> dict[str, str]:
     """Each example id's gold aliases joined by " | ", from the run's ``examples.jsonl`` (only ``id`` and ``answers``
     are kept, so many runs' stay cached: the drill-down of a 1M-trajectory root moves between runs)."""
-    p = _root(runs_dir) / run_id / EXAMPLES
-    try:
-        key = _key(p)
-    except OSError:
-        return {}
-    if key not in _GOLD:
-        while len(_GOLD) >= 256:
-            _GOLD.pop(next(iter(_GOLD)))
+
+    def read(p: Path) -> dict[str, str]:
         gold = {}
         with p.open(encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
@@ -312,13 +311,12 @@ def run_gold(runs_dir: str | os.PathLike, run_id: str) -> dict[str, str]:
                     continue
                 try:
                     d = json.loads(line)
-                    answers = d.get("answers") or []
-                    answers = [answers] if isinstance(answers, str) else answers  # one alias written bare
-                    gold[str(d["id"])] = " | ".join(str(a) for a in answers)
+                    gold[str(d["id"])] = " | ".join(as_answers(d.get("answers")))
                 except (json.JSONDecodeError, TypeError, KeyError, AttributeError) as e:
                     raise ValueError(f"{p}:{i}: not a valid example line ({e!r})") from e
-        _GOLD[key] = gold
-    return _GOLD[key]
+        return gold
+
+    return _cached_file(_GOLD, 256, _root(runs_dir) / run_id / EXAMPLES, read)
 
 
 #: ``(path, mtime_ns, size) -> {id: "alias | alias"}`` of the runs' examples files last read.

@@ -107,8 +107,8 @@ def as_example(obj: Any, id: str = "", question: str = "") -> Example:
         if "hops" in kw:
             kw["hops"] = _int_or_none(kw["hops"])
         return Example(id=str(d.get("id") or id), question=str(d.get("question") or question),
-                       answers=_as_answers(answers), **kw)
-    return Example(id=id, question=question, answers=_as_answers(obj))
+                       answers=as_answers(answers), **kw)
+    return Example(id=id, question=question, answers=as_answers(obj))
 
 
 def _plain(v: Any) -> Any:
@@ -127,7 +127,8 @@ def _int_or_none(v: Any) -> int | None:
     return None if np.isnan(f) else int(f)
 
 
-def _as_answers(a: Any) -> list[str]:
+def as_answers(a: Any) -> list[str]:
+    """Gold answers as a list of strings: a bare string is one alias, ``None`` none (missing entries dropped)."""
     if a is None:
         return []
     if isinstance(a, str):
