@@ -273,7 +273,35 @@ def passage_text(p: Passage) -> str:
     return f"{p.title}\n{p.text}" if p.title else p.text
 
 
-class _DenseBase:
+class EncodedSearch:
+    """``search`` / ``search_batch`` / calling over a subclass's ``search_by_vector``: queries are cleaned, the
+    non-blank ones encoded in one batch by ``self.encoder``; a blank query (or ``k <= 0``) gets ``[]``."""
+
+    encoder: Any
+
+    def __call__(self, query: str, k: int = 5) -> list[Hit]:
+        return self.search(query, k)
+
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        return self.search_batch([query], k)[0]
+
+    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
+        """Top-``k`` hits per query, best first; empty/blank queries get ``[]``."""
+        cleaned = [clean_query(q) for q in queries]
+        out: list[list[Hit]] = [[] for _ in cleaned]
+        todo = [i for i, q in enumerate(cleaned) if q]
+        if k <= 0 or not todo:
+            return out
+        vecs = self.encoder.encode([cleaned[i] for i in todo], kind="query")
+        for i, hits in zip(todo, self.search_by_vector(vecs, k)):
+            out[i] = hits
+        return out
+
+    def search_by_vector(self, vectors: np.ndarray, k: int = 5) -> list[list[Hit]]:
+        raise NotImplementedError
+
+
+class _DenseBase(EncodedSearch):
     """Shared by both indexes: passages, encoder, query cleaning, hit building."""
 
     name = "dense"
@@ -305,24 +333,6 @@ class _DenseBase:
 
     def __len__(self) -> int:
         return len(self.passages)
-
-    def __call__(self, query: str, k: int = 5) -> list[Hit]:
-        return self.search(query, k)
-
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        return self.search_batch([query], k)[0]
-
-    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        """Top-``k`` hits per query, best first; empty/blank queries get ``[]``."""
-        cleaned = [clean_query(q) for q in queries]
-        out: list[list[Hit]] = [[] for _ in cleaned]
-        todo = [i for i, q in enumerate(cleaned) if q]
-        if k <= 0 or not todo:
-            return out
-        vecs = self.encoder.encode([cleaned[i] for i in todo], kind="query")
-        for i, hits in zip(todo, self.search_by_vector(vecs, k)):
-            out[i] = hits
-        return out
 
     def search_by_vector(self, vectors: np.ndarray, k: int = 5) -> list[list[Hit]]:
         """Top-``k`` hits for each (already encoded) query vector."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from workbench.tools.base import Hit, Passage
-from workbench.tools.dense import as_encoder, clean_query
+from workbench.tools.dense import EncodedSearch, as_encoder
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def metric_name(index: Any) -> str:
     return {faiss.METRIC_INNER_PRODUCT: "ip", faiss.METRIC_L2: "l2"}.get(index.metric_type, str(index.metric_type))
 
 
-class FaissSearch:
+class FaissSearch(EncodedSearch):
     """``search(query, k) -> list[Hit]`` over a faiss index and the corpus its rows embed (see the module docstring).
 
     Args:
@@ -120,24 +120,6 @@ class FaissSearch:
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
-
-    def __call__(self, query: str, k: int = 5) -> list[Hit]:
-        return self.search_batch([query], k)[0]
-
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        return self.search_batch([query], k)[0]
-
-    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        """Top-``k`` hits per query, best first; an empty or blank query gets ``[]``."""
-        cleaned = [clean_query(q) for q in queries]
-        out: list[list[Hit]] = [[] for _ in cleaned]
-        todo = [i for i, q in enumerate(cleaned) if q]
-        if k <= 0 or not todo:
-            return out
-        vecs = self.encoder.encode([cleaned[i] for i in todo], kind="query")
-        for i, hits in zip(todo, self.search_by_vector(vecs, k)):
-            out[i] = hits
-        return out
 
     def search_by_vector(self, vectors: np.ndarray, k: int = 5) -> list[list[Hit]]:
         """Top-``k`` hits for each query vector (``(Q, dim)``, already encoded)."""
