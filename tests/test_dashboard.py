@@ -11,6 +11,7 @@ import html
 import json
 import shutil
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -232,35 +233,42 @@ def _artifact_dir() -> Path:
     return runs_dir() / "test-artifacts"
 
 
-def test_served_dashboard_renders_in_chromium(runs_root, tmp_path):
+@contextmanager
+def _served_page(root):
+    """The dashboard served over ``root``, open in headless Chromium at 1400 x 1300 (skips without Chromium)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
     port = _free_port()
-    server = dash.serve_dashboard(runs_root, port=port, threaded=True)
+    server = dash.serve_dashboard(root, port=port, threaded=True)
     try:
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
             page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
-            page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-            page.wait_for_selector(".tabulator-row", timeout=30_000)
-            assert page.locator(".js-plotly-plot").count() >= 2
-            for run_id in (RUN_A, RUN_B, RUN_T):  # the runs table (locators see into Panel's shadow DOM)
-                assert page.locator(".tabulator-cell", has_text=run_id).count() >= 1, run_id
-            shot = tmp_path / "dashboard.png"
-            page.screenshot(path=str(shot), full_page=True)
-            _artifact_dir().mkdir(parents=True, exist_ok=True)
-            shutil.copy(shot, _artifact_dir() / "dashboard.png")
-            # drill-down: open the tab, pick a trajectory row, see its transcript
-            page.locator(".bk-tab", has_text="Trajectories").click()
-            page.locator(".tabulator-row", has_text="b3#0").last.click()
-            page.get_by_text("observation (loss mask 0)").first.wait_for(timeout=30_000)
-            page.screenshot(path=str(tmp_path / "drilldown.png"), full_page=True)
-            shutil.copy(tmp_path / "drilldown.png", _artifact_dir() / "dashboard-drilldown.png")
+            yield page
             browser.close()
     finally:
         server.stop()
+
+
+def test_served_dashboard_renders_in_chromium(runs_root, tmp_path):
+    with _served_page(runs_root) as page:
+        page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        page.wait_for_selector(".tabulator-row", timeout=30_000)
+        assert page.locator(".js-plotly-plot").count() >= 2
+        for run_id in (RUN_A, RUN_B, RUN_T):  # the runs table (locators see into Panel's shadow DOM)
+            assert page.locator(".tabulator-cell", has_text=run_id).count() >= 1, run_id
+        shot = tmp_path / "dashboard.png"
+        page.screenshot(path=str(shot), full_page=True)
+        _artifact_dir().mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, _artifact_dir() / "dashboard.png")
+        # drill-down: open the tab, pick a trajectory row, see its transcript
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        page.locator(".tabulator-row", has_text="b3#0").last.click()
+        page.get_by_text("observation (loss mask 0)").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(tmp_path / "drilldown.png"), full_page=True)
+        shutil.copy(tmp_path / "drilldown.png", _artifact_dir() / "dashboard-drilldown.png")
     assert shot.stat().st_size > 10_000
 
 
@@ -278,36 +286,24 @@ def test_static_export_contains_the_runs_and_no_cdn_links(runs_root, tmp_path):
 def test_served_dashboard_shows_gold_answers_and_opens_a_pair_in_chromium(runs_root, tmp_path):
     """As a reader would: the drill-down's first transcript shows its gold answer at once, above the table (which has
     a gold column); the question-by-question tab opens a pair of the two methods side by side; no warning text."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    port = _free_port()
-    server = dash.serve_dashboard(runs_root, port=port, threaded=True)
-    try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
-            page.wait_for_selector(".tabulator-row", timeout=60_000)
-            page.locator(".bk-tab", has_text="Trajectories").click()
-            verdict = page.locator(".wb-verdict").first
-            verdict.wait_for(timeout=30_000)
-            assert "gold" in verdict.inner_text()
-            assert page.locator(".tabulator-col-title", has_text="gold").count() >= 1
-            page.locator(".bk-tab", has_text="Question by question").click()
-            summary = page.locator(".wb-diff-summary").first
-            summary.wait_for(timeout=30_000)
-            assert "Ada Quist" in summary.inner_text()  # the gold answer of the pair opened first
-            assert page.get_by_text("both right").count() >= 1
-            width = page.evaluate("() => document.documentElement.scrollWidth")
-            for word in ("Warning", "Traceback", "could not be built"):
-                assert page.get_by_text(word).count() == 0, word
-            page.screenshot(path=str(tmp_path / "pairs.png"), full_page=True)
-            _artifact_dir().mkdir(parents=True, exist_ok=True)
-            shutil.copy(tmp_path / "pairs.png", _artifact_dir() / "dashboard-question-by-question.png")
-            browser.close()
-    finally:
-        server.stop()
+    with _served_page(runs_root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        verdict = page.locator(".wb-verdict").first
+        verdict.wait_for(timeout=30_000)
+        assert "gold" in verdict.inner_text()
+        assert page.locator(".tabulator-col-title", has_text="gold").count() >= 1
+        page.locator(".bk-tab", has_text="Question by question").click()
+        summary = page.locator(".wb-diff-summary").first
+        summary.wait_for(timeout=30_000)
+        assert "Ada Quist" in summary.inner_text()  # the gold answer of the pair opened first
+        assert page.get_by_text("both right").count() >= 1
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        for word in ("Warning", "Traceback", "could not be built"):
+            assert page.get_by_text(word).count() == 0, word
+        page.screenshot(path=str(tmp_path / "pairs.png"), full_page=True)
+        _artifact_dir().mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "pairs.png", _artifact_dir() / "dashboard-question-by-question.png")
     assert width <= 1400  # every table fits the page
 
 
@@ -448,35 +444,23 @@ def test_static_page_shows_the_failure(failed_root, tmp_path):
 
 
 def test_served_dashboard_shows_failures_and_tooltips_in_chromium(failed_root, tmp_path):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    port = _free_port()
-    server = dash.serve_dashboard(failed_root, port=port, threaded=True)
-    try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            page.goto(f"http://127.0.0.1:{port}/", timeout=60_000)
-            page.wait_for_selector(".tabulator-row", timeout=60_000)
-            page.get_by_text("1 with failed trajectories").first.wait_for(timeout=30_000)
-            header = page.locator(".tabulator-col", has_text="failed").first
-            header.hover()
-            tip = page.locator(".tabulator-tooltip")
-            tip.first.wait_for(timeout=10_000)
-            assert "trajectories whose tool, backend" in tip.first.inner_text()
-            # drill-down: the failed run is the newest with trajectories, so it opens first
-            page.locator(".bk-tab", has_text="Trajectories").click()
-            page.locator(".tabulator-cell", has_text=FAILURE_TEXT).first.wait_for(timeout=30_000)
-            page.locator(".tabulator-row", has_text="search_r1:a1#0").last.click()
-            page.get_by_text("failed: failed_tool").first.wait_for(timeout=30_000)
-            page.get_by_text("observation (loss mask 0)").first.wait_for(timeout=30_000)
-            page.screenshot(path=str(tmp_path / "failed.png"), full_page=True)
-            _artifact_dir().mkdir(parents=True, exist_ok=True)
-            shutil.copy(tmp_path / "failed.png", _artifact_dir() / "dashboard-failures.png")
-            browser.close()
-    finally:
-        server.stop()
+    with _served_page(failed_root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.get_by_text("1 with failed trajectories").first.wait_for(timeout=30_000)
+        header = page.locator(".tabulator-col", has_text="failed").first
+        header.hover()
+        tip = page.locator(".tabulator-tooltip")
+        tip.first.wait_for(timeout=10_000)
+        assert "trajectories whose tool, backend" in tip.first.inner_text()
+        # drill-down: the failed run is the newest with trajectories, so it opens first
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        page.locator(".tabulator-cell", has_text=FAILURE_TEXT).first.wait_for(timeout=30_000)
+        page.locator(".tabulator-row", has_text="search_r1:a1#0").last.click()
+        page.get_by_text("failed: failed_tool").first.wait_for(timeout=30_000)
+        page.get_by_text("observation (loss mask 0)").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(tmp_path / "failed.png"), full_page=True)
+        _artifact_dir().mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "failed.png", _artifact_dir() / "dashboard-failures.png")
 
 
 def pd_isna(v) -> bool:
