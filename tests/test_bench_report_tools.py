@@ -73,7 +73,7 @@ def test_compare_methods_pairs_two_eval_runs_by_question(tmp_path, monkeypatch, 
     cm.main()
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| all")]
     assert rows and "| 0.250 " in rows[0] and "| 0.750 " in rows[0] and "+0.500" in rows[0]
-    lo, hi = cm.paired_bootstrap(np.array([0.0, 1, 0, 0]), np.array([0.0, 1, 1, 1]))
+    lo, hi = cm.paired_interval(np.array([0.0, 1, 0, 0]), np.array([0.0, 1, 1, 1]))
     assert 0 <= lo <= 0.75 <= hi <= 1.0
 
     c = _eval_run(tmp_path / "c", "m+lora", {"q1": 1.0, "q9": 1.0})

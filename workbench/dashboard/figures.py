@@ -111,3 +111,28 @@ def _colours(keys: list[str]) -> dict[str, str]:
 
     palette = plotly.colors.qualitative.Plotly
     return {k: palette[i % len(palette)] for i, k in enumerate(keys)}
+
+
+def comparison_figure(df: pd.DataFrame):
+    """Forest plot of paired comparisons (:func:`workbench.dashboard.queries.comparison_table`): per comparison
+    and hop level the difference B − A with its 95% interval as a horizontal bar; the zero line is "no effect"."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    colours = _colours(list(dict.fromkeys(df["comparison"].astype(str))))
+    for name, g in df.groupby("comparison", sort=False):
+        labels = [escape_label(f"{name} · {h}" + ("" if h == "all" else "-hop")) for h in g["hops"]]
+        hover = [f"{escape_label(b)} − {escape_label(a)}: {d:+.3f} [{lo:+.2f}, {hi:+.2f}], n={n}<br>"
+                 f"{escape_label(a)} {va:.3f} · {escape_label(b)} {vb:.3f}"
+                 for a, b, d, lo, hi, n, va, vb in zip(g["a_label"], g["b_label"], g["diff"], g["diff_lo"],
+                                                         g["diff_hi"], g["n"], g["a"], g["b"])]
+        fig.add_scatter(x=g["diff"], y=labels, mode="markers", name=escape_label(name), text=hover,
+                        hoverinfo="text", marker=dict(size=[11 if h == "all" else 7 for h in g["hops"]],
+                                                      color=colours[str(name)]),
+                        error_x=dict(type="data", symmetric=False, array=g["diff_hi"] - g["diff"],
+                                     arrayminus=g["diff"] - g["diff_lo"]))
+    fig.add_vline(x=0, line_dash="dot", line_color="grey")
+    fig.update_layout(title="Paired differences B − A with 95% intervals", xaxis_title="difference (B − A)",
+                      height=max(260, 28 * len(df) + 120), yaxis_autorange="reversed", showlegend=False,
+                      margin=dict(l=40, r=20, t=50, b=40))
+    return fig

@@ -546,3 +546,28 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path |
             errors.append(f"{STEP_METRICS}: {type(e).__name__}: {e}")
     row["error"] = "; ".join(errors)
     return row
+
+
+def comparison_table(*roots: str | os.PathLike) -> pd.DataFrame:
+    """Every paired comparison (``comparison.json``, ``workbench.eval.paired``) under the given folders: one row
+    per comparison and hop level (``all`` last) with both sides' means, the difference B − A and their 95%
+    intervals; ``attrs["errors"]`` names unreadable files (``{path: text}``)."""
+    from workbench.eval.paired import find_comparisons
+
+    frames, errors = [], {}
+    for path, c in find_comparisons(*roots):
+        if isinstance(c, str):
+            errors[str(path)] = c
+            continue
+        try:
+            rows = c.rows()
+        except ValueError as e:  # sides that no longer pair (an edited file)
+            errors[str(path)] = f"{path}: {e}"
+            continue
+        frames.append(rows.assign(comparison=c.name, a_label=c.a.label, b_label=c.b.label, metric=c.metric,
+                                  seeds_a=len(c.a.seeds), seeds_b=len(c.b.seeds), file=str(path)))
+    cols = ["comparison", "hops", "n", "a_label", "a", "a_lo", "a_hi", "b_label", "b", "b_lo", "b_hi", "diff",
+            "diff_lo", "diff_hi", "searches_a", "searches_b", "seeds_a", "seeds_b", "metric", "file"]
+    df = pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+    df.attrs["errors"] = errors
+    return df

@@ -1,0 +1,232 @@
+"""The seeds' ablations in miniature: each arm trained at equal compute with several seeds, evaluated on the same
+held-out questions, compared paired by question with 95% intervals. One command re-runs an ablation:
+
+    .venv/bin/python bench/ablate.py dynasearcher_gain --seeds 0,1          # train + eval every arm, then compare
+    .venv/bin/python bench/ablate.py dynasearcher_gain --dry-run            # print the commands only
+    .venv/bin/python bench/ablate.py dynasearcher_gain --compare-only       # the table from the finished runs
+    .venv/bin/python bench/ablate.py --list
+
+Each arm is the recipe's RL stage (README, "the recipe") from the shipped SFT adapter with one part changed; every
+arm gets the same steps, questions per step, group size and budgets. An arm × seed is trained into
+``OUT/<ablation>/<arm>/seed<S>/train``, its adapter evaluated greedily on the world's dev and test splits into
+``.../eval``; a finished train or eval run is reused, so an interrupted ablation continues where it stopped.
+``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and load average;
+``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05) and
+``comparison.md`` hold the paired table: per question the mean over seeds, the difference B − A with a bootstrap
+interval over questions, and each seed's mean beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The recipe's RL stage (README, "the recipe"; data/adapters/README.md) minus the reward and the optimizer.
+RECIPE_RL = ["--encoder", "none", "--init-adapter", "data/adapters/search_r1-sft",
+             "--question-types", '["1hop","compositional","comparison","inference"]', "--temperature", "0.7",
+             "--steps", "8", "--questions-per-step", "3", "--group-size", "8", "--max-turns", "4",
+             "--max-new-tokens", "64", "--max-total-tokens", "1536", "--lr", "1e-4",
+             "--micro-batching", "shared_prefix", "--threads", "2", "--save-every", "2", "--eval-limit", "0"]
+
+#: Held-out evaluation of an arm's adapter: greedy, the recipe's budgets, chat observations.
+EVAL = ["--protocol-kwargs", '{"observation_mode": "chat"}', "--max-turns", "4", "--max-new-tokens", "64",
+        "--threads", "2"]
+
+
+@dataclass
+class Arm:
+    label: str
+    args: list[str] = field(default_factory=list)
+    loss: dict = field(default_factory=dict)
+
+
+@dataclass
+class Ablation:
+    question: str
+    paper: str
+    base: list[str]
+    loss: dict
+    arms: dict[str, Arm]
+    a: str  # the arm without the part (the baseline side of the difference)
+    b: str  # the arm with it
+    eval_method: str = "search_r1+lora"
+
+    def train_args(self, arm: str, seed: int, out: Path) -> list[str]:
+        loss = {**self.loss, **self.arms[arm].loss}
+        return ["train", *self.base, *RECIPE_RL, *self.arms[arm].args, "--loss-overrides", json.dumps(loss),
+                "--seed", str(seed), "--no-progress", "--out", str(out)]
+
+
+ABLATIONS: dict[str, Ablation] = {
+    "dynasearcher_gain": Ablation(
+        question="DynaSearcher: does the gain term r_gain = α·(recall − hop penalty) raise accuracy and cut "
+                 "redundant searches, against r_acc alone (α = 0)?",
+        paper="DynaSearcher (file 000, Sec. 4): r_acc + r_gain beats r_acc alone, with fewer retrievals",
+        base=["--method", "search_r1", "--reward", "dynasearcher"],
+        loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
+        arms={"acc_gain": Arm("r_acc + r_gain"), "acc_only": Arm("r_acc only", ["--reward-params", '{"alpha": 0}'])},
+        a="acc_only", b="acc_gain"),
+    "dspo_parts": Ablation(
+        question="DSPO: what do the dynamic filter and the sequence-level ratio each add? Full DSPO against GSPO "
+                 "(no filter) and DAPO (token-level ratio)",
+        paper="DSPO (file 002): full DSPO beats both w/o filter (= GSPO) and w/o sequence level (= DAPO)",
+        base=["--method", "dspo"],
+        loss={"num_mini_batches": 4, "filter_max_rounds": 1},  # equal work: one rollout round, 4 updates a step
+        arms={"dspo": Arm("DSPO", ["--preset", "dspo"]), "gspo": Arm("GSPO (no filter)", ["--preset", "gspo"]),
+              "dapo": Arm("DAPO (token ratio)", ["--preset", "dapo"])},
+        a="gspo", b="dspo"),
+}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def finished(parent: Path, name: str = "") -> Path | None:
+    """The complete run under ``parent`` (whose directory name contains ``name``), if there is one."""
+    if not parent.is_dir():
+        return None
+    for run in sorted(parent.iterdir()):
+        try:
+            if name in run.name and json.loads((run / "status.json").read_text()).get("state") == "complete":
+                return run
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def run_logged(cmd: list[str], log: Path, dry: bool, **meta: object) -> None:
+    shown = " ".join(shlex.quote(c) for c in cmd)
+    print(("would run: " if dry else "$ ") + shown, flush=True)
+    if dry:
+        return
+    start, load = time.time(), os.getloadavg()[0]
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    rec = {"command": shown, "commit": commit(), "start": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+           "seconds": round(time.time() - start, 1), "load_before": round(load, 2),
+           "load_after": round(os.getloadavg()[0], 2), "rc": rc, **meta}
+    with log.open("a") as f:
+        f.write(json.dumps(rec) + "\n")
+    if rc:
+        raise SystemExit(f"ablate: the command above failed (exit {rc}); fix it and run the ablation again "
+                         "(finished runs are reused)")
+
+
+def workbench() -> str:
+    exe = Path(sys.executable).with_name("workbench")
+    return str(exe) if exe.exists() else "workbench"
+
+
+def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool) -> list[Path]:
+    """Train (unless finished) and evaluate (each split unless finished) one arm × seed; the eval runs."""
+    home = out / arm / f"seed{seed}"
+    train = finished(home / "train")
+    if train is None:
+        run_logged([workbench(), *ab.train_args(arm, seed, home / "train")], log, dry, arm=arm, seed=seed,
+                   stage="train")
+        train = finished(home / "train") or home / "train" / "<train run>"
+    evals = []
+    for split in ("dev", "test"):
+        name = f"{arm}-s{seed}-{split}"
+        done = finished(home / "eval", name)
+        if done is None:
+            run_logged([workbench(), "eval", "--method", ab.eval_method, "--adapter", str(train), "--split", split,
+                        *EVAL, "--no-progress", "--out", str(home / "eval"), "--name", name], log, dry, arm=arm,
+                       seed=seed, stage=f"eval {split}")
+            done = finished(home / "eval", name) or home / "eval" / f"<{name} run>"
+        evals.append(done)
+    return evals
+
+
+def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]]], seeds: list[int]) -> None:
+    from workbench.eval.paired import Comparison, Side, seed_markdown
+
+    cmd = f".venv/bin/python bench/ablate.py {name} --seeds {','.join(map(str, seeds))} --out {out.parent}"
+    log = out / "log.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    prov = {"seeds": seeds, "commits": sorted({r["commit"] for r in records}),
+            "train_seconds": {a: [r["seconds"] for r in records if r.get("arm") == a and r.get("stage") == "train"]
+                              for a in ab.arms},
+            "train_args": {a: ab.train_args(a, 0, Path("OUT"))[1:-5] for a in ab.arms},
+            "load": [r["load_before"] for r in records], "machine": f"{os.cpu_count()} cores"}
+    arms = [a for a in ab.arms if a != ab.a]
+    for b in arms:
+        c = Comparison.from_runs(
+            name if len(arms) == 1 else f"{name}: {b} vs {ab.a}",
+            Side(ab.arms[ab.a].label, ab.eval_method, [[str(p) for p in s] for s in evals[ab.a]]),
+            Side(ab.arms[b].label, ab.eval_method, [[str(p) for p in s] for s in evals[b]]),
+            metric="cem", question=ab.question, paper=ab.paper, command=cmd, provenance=prov)
+        stem = "comparison" if len(arms) == 1 else f"{b}_vs_{ab.a}/comparison"
+        path = c.save(out / f"{stem}.json")
+        text = f"## {c.name}\n\n{c.question}\n\nPaper: {c.paper}\n\n{c.markdown()}\n\nPer seed:\n\n" + \
+            seed_markdown(c.seed_table(), c.a.label, c.b.label) + f"\n\nRe-run: `{cmd}`\n"
+        path.with_suffix(".md").write_text(text)
+        print(text)
+        print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="ablations: " + ", ".join(ABLATIONS),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ablation", nargs="?", help="which ablation (--list shows them)")
+    ap.add_argument("--seeds", default="0,1", help="comma-separated training seeds, the same for every arm")
+    ap.add_argument("--arms", default="", help="comma-separated arms to run (default: all)")
+    ap.add_argument("--out", default="runs/ablations", help="root the ablation's folder is made in")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--compare-only", action="store_true", help="compare the finished runs, train nothing")
+    ap.add_argument("--list", action="store_true", help="name each ablation, its question and its arms")
+    args = ap.parse_args()
+    if args.list or not args.ablation:
+        for n, ab in ABLATIONS.items():
+            print(f"{n}: {ab.question}\n  arms: {', '.join(f'{k} ({v.label})' for k, v in ab.arms.items())}\n")
+        return
+    if args.ablation not in ABLATIONS:
+        raise SystemExit(f"ablate: no ablation {args.ablation!r}; one of: {', '.join(ABLATIONS)}")
+    ab = ABLATIONS[args.ablation]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"ablate: --seeds {args.seeds!r} is not a comma-separated list of integers, e.g. 0,1") from None
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()] or list(ab.arms)
+    bad = [a for a in arms if a not in ab.arms]
+    if bad or not seeds:
+        raise SystemExit(f"ablate: unknown arm(s) {', '.join(bad)}; {args.ablation} has: {', '.join(ab.arms)}"
+                         if bad else "ablate: --seeds names no seed; e.g. --seeds 0,1")
+    out = Path(args.out) / args.ablation
+    out.mkdir(parents=True, exist_ok=True)
+    evals: dict[str, list[list[Path]]] = {}
+    for arm in arms:
+        evals[arm] = []
+        for seed in seeds:
+            if args.compare_only:
+                home = out / arm / f"seed{seed}" / "eval"
+                runs = [finished(home, f"{arm}-s{seed}-{s}") for s in ("dev", "test")]
+                if None in runs:
+                    raise SystemExit(f"ablate: {arm} seed {seed} has no finished dev and test eval under {home}; "
+                                     f"run `bench/ablate.py {args.ablation} --seeds {seed} --arms {arm}` first")
+                evals[arm].append([r for r in runs if r is not None])
+            else:
+                evals[arm].append(run_arm(ab, arm, seed, out, out / "log.jsonl", args.dry_run))
+    if args.dry_run:
+        return
+    if ab.a not in evals or len(evals) < 2:
+        print(f"ablate: compare needs arm {ab.a!r} and another; run the rest with --arms, then --compare-only")
+        return
+    compare(args.ablation, ab, out, evals, seeds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""``bench/ablate.py`` (the seeds' ablations: arms × seeds trained, evaluated and compared paired by question) and
+``workbench.eval.paired`` (the comparison it writes and notebook 05 shows)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.eval import paired
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _ablate():
+    spec = importlib.util.spec_from_file_location("bench_ablate", BENCH / "ablate.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_ablate"] = mod  # its dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _eval_run(parent: Path, name: str, cem: dict[str, float], searches: float = 1.0, method: str = "search_r1+lora",
+              complete: bool = True) -> Path:
+    from workbench.runs import Run
+
+    run = Run.create(parent, kind="eval", name=name, config={"kind": "eval"})
+    ids = list(cem)
+    pd.DataFrame({"example_id": ids, "method": method, "hops": [1 + i % 2 for i in range(len(ids))],
+                  "cem": [cem[i] for i in ids], "n_searches": searches, "format_ok": True,
+                  "answer": "x"}).to_parquet(run.path / "trajectories.parquet")
+    if complete:
+        run.mark_complete()
+    return run.path
+
+
+def _train_config(argv: list[str]):
+    """What `workbench train ARGV` would train, built by the real CLI parser and config code (nothing runs)."""
+    from workbench import methods
+    from workbench.cli import build_parser
+    from workbench.rl.trainer import TrainConfig
+
+    args = build_parser().parse_args(argv)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    return methods.train_config(**given)
+
+
+@pytest.mark.parametrize("name", ["dynasearcher_gain", "dspo_parts"])
+def test_every_arm_is_a_valid_train_command_differing_only_in_its_part(name, tmp_path):
+    ab = _ablate().ABLATIONS[name]
+    configs = {arm: _train_config(ab.train_args(arm, 3, tmp_path)) for arm in ab.arms}
+    shared = ("steps", "questions_per_step", "group_size", "max_turns", "max_new_tokens", "max_total_tokens",
+              "temperature", "lr", "init_adapter", "question_types", "seed")
+    for field in shared:  # equal compute and the same start in every arm
+        assert len({json.dumps(getattr(c, field)) for c in configs.values()}) == 1, field
+    assert all(c.seed == 3 for c in configs.values())
+    if name == "dynasearcher_gain":
+        assert configs["acc_only"].reward_params == {"alpha": 0} and configs["acc_gain"].reward_params == {}
+        assert configs["acc_only"].reward == configs["acc_gain"].reward == "dynasearcher"
+        assert configs["acc_only"].loss_overrides == configs["acc_gain"].loss_overrides
+    else:
+        assert {arm: c.preset for arm, c in configs.items()} == {"dspo": "dspo", "gspo": "gspo", "dapo": "dapo"}
+        assert all(c.loss_overrides["num_mini_batches"] == 4 for c in configs.values())
+
+
+def test_dry_run_lists_train_then_eval_per_arm_and_seed(tmp_path, monkeypatch, capsys):
+    ab = _ablate()
+    monkeypatch.setattr(sys, "argv", ["ablate", "dynasearcher_gain", "--seeds", "0,5", "--dry-run", "--out",
+                                      str(tmp_path)])
+    ab.main()
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    assert len(lines) == 2 * 2 * 3  # arms x seeds x (train, eval dev, eval test)
+    assert sum(" train " in x and "--seed 5" in x for x in lines) == 2
+    assert sum("--split test" in x and "acc_only-s5-test" in x for x in lines) == 1
+    assert not (tmp_path / "dynasearcher_gain" / "log.jsonl").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nope"], "no ablation 'nope'; one of: dynasearcher_gain"),
+    (["dspo_parts", "--arms", "dspo,grpo"], "unknown arm(s) grpo; dspo_parts has: dspo, gspo, dapo"),
+    (["dspo_parts", "--seeds", "a,b"], "--seeds 'a,b' is not a comma-separated list of integers"),
+    (["dspo_parts", "--seeds", ","], "--seeds names no seed"),
+])
+def test_bad_arguments_are_one_line(argv, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["ablate", *argv, "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _ablate().main()
+
+
+def _arm_runs(out: Path, arm: str, seed: int, dev: dict[str, float], test: dict[str, float], searches: float) -> None:
+    home = out / "dynasearcher_gain" / arm / f"seed{seed}" / "eval"
+    _eval_run(home, f"{arm}-s{seed}-dev", dev, searches)
+    _eval_run(home, f"{arm}-s{seed}-test", test, searches)
+
+
+def test_compare_only_pools_splits_averages_seeds_and_writes_the_comparison(tmp_path, monkeypatch, capsys):
+    dev, test = ["d1", "d2", "d3", "d4"], ["t1", "t2", "t3", "t4"]
+    _arm_runs(tmp_path, "acc_only", 0, dict.fromkeys(dev, 0.0), dict.fromkeys(test, 0.0), 2.0)
+    _arm_runs(tmp_path, "acc_only", 1, {**dict.fromkeys(dev, 0.0), "d1": 1.0}, dict.fromkeys(test, 0.0), 2.0)
+    _arm_runs(tmp_path, "acc_gain", 0, dict.fromkeys(dev, 1.0), dict.fromkeys(test, 1.0), 1.0)
+    _arm_runs(tmp_path, "acc_gain", 1, dict.fromkeys(dev, 1.0), {**dict.fromkeys(test, 1.0), "t4": 0.0}, 1.0)
+    monkeypatch.setattr(sys, "argv", ["ablate", "dynasearcher_gain", "--compare-only", "--out", str(tmp_path)])
+    _ablate().main()
+    printed = capsys.readouterr().out
+    path = tmp_path / "dynasearcher_gain" / "comparison.json"
+    c = paired.Comparison.load(path)
+    rows = c.rows().set_index("hops")
+    assert rows.loc["all", "n"] == 8
+    assert rows.loc["all", "a"] == pytest.approx(0.5 / 8)  # one question right in one of two seeds
+    assert rows.loc["all", "b"] == pytest.approx(7.5 / 8)
+    assert rows.loc["all", "diff"] == pytest.approx(7 / 8) and rows.loc["all", "diff_lo"] > 0
+    assert rows.loc["all", "searches_a"] == 2.0 and rows.loc["all", "searches_b"] == 1.0
+    seeds = c.seed_table()
+    assert list(seeds["mean"]) == pytest.approx([0.0, 1 / 8, 1.0, 7 / 8])
+    assert c.a.label == "r_acc only" and c.b.label == "r_acc + r_gain" and "ablate.py dynasearcher_gain" in c.command
+    assert "| all | 8 |" in printed and (path.with_suffix(".md")).read_text().count("| all |") == 1
+
+
+def test_compare_only_names_the_missing_arm_run(tmp_path, monkeypatch):
+    _arm_runs(tmp_path, "acc_only", 0, {"d1": 0.0}, {"t1": 0.0}, 1.0)
+    monkeypatch.setattr(sys, "argv", ["ablate", "dynasearcher_gain", "--compare-only", "--seeds", "0",
+                                      "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="acc_gain seed 0 has no finished dev and test eval under .*--arms acc_gain"):
+        _ablate().main()
+
+
+def test_an_unfinished_eval_is_not_reused(tmp_path):
+    home = tmp_path / "eval"
+    _eval_run(home, "a-s0-dev", {"q": 1.0}, complete=False)
+    assert _ablate().finished(home, "a-s0-dev") is None
+    done = _eval_run(home, "a-s0-dev", {"q": 1.0})
+    assert _ablate().finished(home, "a-s0-dev") == done
+
+
+def test_seeds_must_cover_the_same_questions(tmp_path):
+    a0 = _eval_run(tmp_path / "a", "s0", {"q1": 1.0, "q2": 0.0})
+    a1 = _eval_run(tmp_path / "a", "s1", {"q1": 1.0, "q3": 0.0})
+    with pytest.raises(paired.CompareError, match="do not cover the same questions"):
+        paired.side_scores([[a0], [a1]], "search_r1+lora")
+    with pytest.raises(paired.CompareError, match="no trajectories of method 'x'; it has: search_r1\\+lora"):
+        paired.run_scores(a0, "x")
+    with pytest.raises(paired.CompareError, match="not a readable run|no trajectories.parquet"):
+        paired.run_scores(tmp_path / "nope", "x")
+
+
+def test_a_comparison_file_round_trips_and_a_bad_one_is_named(tmp_path):
+    a = _eval_run(tmp_path / "a", "a", {"q1": 0.0, "q2": 1.0, "q3": 0.0})
+    b = _eval_run(tmp_path / "b", "b", {"q1": 1.0, "q2": 1.0, "q3": 1.0})
+    c = paired.Comparison.from_runs("x", paired.Side("A", "search_r1+lora", [[str(a)]]),
+                                    paired.Side("B", "search_r1+lora", [[str(b)]]), question="q?", paper="p")
+    path = c.save(tmp_path / "out" / "comparison.json")
+    back = paired.Comparison.load(path)
+    pd.testing.assert_frame_equal(back.rows(), c.rows())
+    assert back.rows().set_index("hops").loc["all", "diff"] == pytest.approx(2 / 3)
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / "comparison.json").write_text("{not json")
+    found = paired.find_comparisons(tmp_path / "out", tmp_path / "out2", tmp_path / "missing")
+    assert isinstance(found[0][1], paired.Comparison)
+    assert isinstance(found[1][1], str) and "not a comparison file" in found[1][1]
+
+
+def test_interval_of_a_constant_difference_is_that_value():
+    assert paired.paired_interval(np.zeros(5), np.ones(5)) == (1.0, 1.0)
+
+
+def test_compare_methods_saves_a_comparison_notebook_05_reads(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("bench_compare_methods", BENCH / "compare_methods.py")
+    cm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cm)
+    a = _eval_run(tmp_path / "a", "a", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0}, method="m")
+    b = _eval_run(tmp_path / "b", "b", {"q1": 1.0, "q2": 1.0, "q3": 1.0, "q4": 0.0}, method="m+lora")
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b-run", str(b), "--b", "m+lora", "--save",
+                                      str(tmp_path / "res" / "x"), "--name", "adapter vs base", "--runs-command",
+                                      "workbench eval ..."])
+    cm.main()
+    assert "wrote" in capsys.readouterr().out
+    c = paired.Comparison.load(tmp_path / "res" / "x" / "comparison.json")
+    assert c.name == "adapter vs base" and c.command.startswith("workbench eval ... && .venv/bin/python bench/compare_methods.py")
+    assert "--runs-command" not in c.command
+    assert set(c.provenance["runs"]) == {str(a), str(b)}
+    (tmp_path / "res" / "broken").mkdir()
+    (tmp_path / "res" / "broken" / "comparison.json").write_text("[]")
+
+    from workbench.dashboard.figures import comparison_figure
+    from workbench.dashboard.queries import comparison_table
+
+    table = comparison_table(tmp_path / "res")
+    assert list(table["hops"]) == ["1", "2", "all"] and set(table["comparison"]) == {"adapter vs base"}
+    row = table.set_index("hops").loc["all"]
+    assert row["diff"] == pytest.approx(0.5) and row["diff_lo"] <= 0.5 <= row["diff_hi"] and row["seeds_a"] == 1
+    assert list(table.attrs["errors"]) == [str(tmp_path / "res" / "broken" / "comparison.json")]
+    fig = comparison_figure(table)
+    (trace,) = fig.data
+    assert list(trace.x) == pytest.approx(list(table["diff"])) and trace.error_x.array is not None
+    assert trace.y[-1] == "adapter vs base · all"
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b-run", str(b), "--b", "m+lora", "--reward",
+                                      "search_r1", "--save", str(tmp_path / "r")])
+    with pytest.raises(SystemExit, match="--save stores a metric comparison"):  # a reward is printed, not saved
+        cm.main()
+    with pytest.raises(paired.CompareError, match="no features.parquet, which a reward is computed from"):
+        paired.run_scores(a, "m", reward=lambda f: f)
