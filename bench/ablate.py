@@ -31,8 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The recipe's RL stage (README, "the recipe"; data/adapters/README.md) minus the reward and the optimizer.
-RECIPE_RL = ["--encoder", "none", "--init-adapter", "data/adapters/search_r1-sft",
-             "--question-types", '["1hop","compositional","comparison","inference"]', "--temperature", "0.7",
+RECIPE_RL = ["--encoder", "none", "--question-types", '["1hop","compositional","comparison","inference"]', "--temperature", "0.7",
              "--steps", "8", "--questions-per-step", "3", "--group-size", "8", "--max-turns", "4",
              "--max-new-tokens", "64", "--max-total-tokens", "1536", "--lr", "1e-4",
              "--micro-batching", "shared_prefix", "--threads", "2", "--save-every", "2", "--eval-limit", "0"]
@@ -59,11 +58,14 @@ class Ablation:
     a: str  # the arm without the part (the baseline side of the difference)
     b: str  # the arm with it
     eval_method: str = "search_r1+lora"
+    init_adapter: str | None = "data/adapters/search_r1-sft"  # None: the user's SFT adapter (--init-adapter)
+    cold_start: str = ""  # how to make that adapter
 
-    def train_args(self, arm: str, seed: int, out: Path) -> list[str]:
+    def train_args(self, arm: str, seed: int, out: Path, init_adapter: str | None = None) -> list[str]:
         loss = {**self.loss, **self.arms[arm].loss}
-        return ["train", *self.base, *RECIPE_RL, *self.arms[arm].args, "--loss-overrides", json.dumps(loss),
-                "--seed", str(seed), "--no-progress", "--out", str(out)]
+        init = init_adapter or self.init_adapter or "<SFT adapter>"
+        return ["train", *self.base, "--init-adapter", init, *RECIPE_RL, *self.arms[arm].args,
+                "--loss-overrides", json.dumps(loss), "--seed", str(seed), "--no-progress", "--out", str(out)]
 
 
 ABLATIONS: dict[str, Ablation] = {
@@ -84,6 +86,30 @@ ABLATIONS: dict[str, Ablation] = {
         arms={"dspo": Arm("DSPO", ["--preset", "dspo"]), "gspo": Arm("GSPO (no filter)", ["--preset", "gspo"]),
               "dapo": Arm("DAPO (token ratio)", ["--preset", "dapo"])},
         a="gspo", b="dspo"),
+    "rsearch_evidence": Ablation(
+        question="R-Search (evidence): does the evidence reward r_evid (a frozen model answering from the policy's "
+                 "evidence alone) help, against r_ans + r_fmt?",
+        paper="R-Search (file 001, ablation): removing the evidence reward lowers accuracy",
+        base=["--method", "rsearch_evidence", "--evidence-model", "smollm2-135m"],
+        loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
+        arms={"evidence": Arm("r_ans + r_evid + r_fmt"),
+              "no_evidence": Arm("r_ans + r_fmt", ["--reward-weights", '{"r_evid": 0}'])},
+        a="no_evidence", b="evidence", eval_method="rsearch_evidence+lora", init_adapter=None,
+        cold_start="workbench expert --method rsearch_evidence --split train --hops 1,2 --out runs && workbench sft "
+                   "--method rsearch_evidence --traces '[\"runs/<expert run>\"]' --trace-hops '[1,2]' (the recipe's SFT "
+                   "flags, README)"),
+    "when_to_search_stages": Ablation(
+        question="Learning When to Search: does switching to the stage-2 reward (a correct answer pays 1 − β·RC) "
+                 "cut searches without losing accuracy, against staying in stage 1?",
+        paper="When-to-Search (file 004): stage 1 + 2 keeps accuracy with fewer retrievals than stage 1 alone",
+        base=["--method", "when_to_search"],
+        loss={"filter_max_rounds": 1},
+        arms={"stages": Arm("stage 1 then 2"),
+              "stage1": Arm("stage 1 only", ["--stage-switch-searches", "1000000"])},  # the switch never fires
+        a="stage1", b="stages", eval_method="when_to_search+lora", init_adapter=None,
+        cold_start="workbench expert --method when_to_search --split train --hops 1,2 --out runs && workbench sft "
+                   "--method when_to_search --traces '[\"runs/<expert run>\"]' --trace-hops '[1,2]' (the recipe's SFT "
+                   "flags, README)"),
 }
 
 
@@ -130,12 +156,12 @@ def workbench() -> str:
     return str(exe) if exe.exists() else "workbench"
 
 
-def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool) -> list[Path]:
+def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, init: str | None) -> list[Path]:
     """Train (unless finished) and evaluate (each split unless finished) one arm × seed; the eval runs."""
     home = out / arm / f"seed{seed}"
     train = finished(home / "train")
     if train is None:
-        run_logged([workbench(), *ab.train_args(arm, seed, home / "train")], log, dry, arm=arm, seed=seed,
+        run_logged([workbench(), *ab.train_args(arm, seed, home / "train", init)], log, dry, arm=arm, seed=seed,
                    stage="train")
         train = finished(home / "train") or home / "train" / "<train run>"
     evals = []
@@ -151,16 +177,18 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool) 
     return evals
 
 
-def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]]], seeds: list[int]) -> None:
+def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]]], seeds: list[int],
+            init: str | None) -> None:
     from workbench.eval.paired import Comparison, Side, seed_markdown
 
-    cmd = f".venv/bin/python bench/ablate.py {name} --seeds {','.join(map(str, seeds))} --out {out.parent}"
+    cmd = f".venv/bin/python bench/ablate.py {name} --seeds {','.join(map(str, seeds))} --out {out.parent}" + \
+        (f" --init-adapter {init}" if init and init != ab.init_adapter else "")
     log = out / "log.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
     prov = {"seeds": seeds, "commits": sorted({r["commit"] for r in records}),
             "train_seconds": {a: [r["seconds"] for r in records if r.get("arm") == a and r.get("stage") == "train"]
                               for a in ab.arms},
-            "train_args": {a: ab.train_args(a, 0, Path("OUT"))[1:-5] for a in ab.arms},
+            "train_args": {a: ab.train_args(a, 0, Path("OUT"), init)[1:-5] for a in ab.arms},
             "load": [r["load_before"] for r in records], "machine": f"{os.cpu_count()} cores"}
     arms = [a for a in ab.arms if a != ab.a]
     for b in arms:
@@ -187,6 +215,8 @@ def main() -> None:
     ap.add_argument("--out", default="runs/ablations", help="root the ablation's folder is made in")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--compare-only", action="store_true", help="compare the finished runs, train nothing")
+    ap.add_argument("--init-adapter", default=None, metavar="PATH",
+                    help="the SFT adapter every arm starts from (default: the ablation's; required where it has none)")
     ap.add_argument("--list", action="store_true", help="name each ablation, its question and its arms")
     args = ap.parse_args()
     if args.list or not args.ablation:
@@ -205,6 +235,11 @@ def main() -> None:
     if bad or not seeds:
         raise SystemExit(f"ablate: unknown arm(s) {', '.join(bad)}; {args.ablation} has: {', '.join(ab.arms)}"
                          if bad else "ablate: --seeds names no seed; e.g. --seeds 0,1")
+    init = args.init_adapter or ab.init_adapter
+    if not args.compare_only and not args.dry_run and (init is None or not Path(ROOT, init).exists()):
+        raise SystemExit(f"ablate: {args.ablation} starts every arm from an SFT adapter of its protocol"
+                         f"{'' if init is None else f'; {init} does not exist'}: make one ({ab.cold_start}) and "
+                         "pass it as --init-adapter")
     out = Path(args.out) / args.ablation
     out.mkdir(parents=True, exist_ok=True)
     evals: dict[str, list[list[Path]]] = {}
@@ -219,13 +254,13 @@ def main() -> None:
                                      f"run `bench/ablate.py {args.ablation} --seeds {seed} --arms {arm}` first")
                 evals[arm].append([r for r in runs if r is not None])
             else:
-                evals[arm].append(run_arm(ab, arm, seed, out, out / "log.jsonl", args.dry_run))
+                evals[arm].append(run_arm(ab, arm, seed, out, out / "log.jsonl", args.dry_run, args.init_adapter))
     if args.dry_run:
         return
     if ab.a not in evals or len(evals) < 2:
         print(f"ablate: compare needs arm {ab.a!r} and another; run the rest with --arms, then --compare-only")
         return
-    compare(args.ablation, ab, out, evals, seeds)
+    compare(args.ablation, ab, out, evals, seeds, init)
 
 
 if __name__ == "__main__":

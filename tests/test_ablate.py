@@ -51,19 +51,26 @@ def _train_config(argv: list[str]):
     return methods.train_config(**given)
 
 
-@pytest.mark.parametrize("name", ["dynasearcher_gain", "dspo_parts"])
+@pytest.mark.parametrize("name", ["dynasearcher_gain", "dspo_parts", "rsearch_evidence", "when_to_search_stages"])
 def test_every_arm_is_a_valid_train_command_differing_only_in_its_part(name, tmp_path):
     ab = _ablate().ABLATIONS[name]
-    configs = {arm: _train_config(ab.train_args(arm, 3, tmp_path)) for arm in ab.arms}
+    configs = {arm: _train_config(ab.train_args(arm, 3, tmp_path, "runs/my-sft")) for arm in ab.arms}
     shared = ("steps", "questions_per_step", "group_size", "max_turns", "max_new_tokens", "max_total_tokens",
               "temperature", "lr", "init_adapter", "question_types", "seed")
     for field in shared:  # equal compute and the same start in every arm
         assert len({json.dumps(getattr(c, field)) for c in configs.values()}) == 1, field
     assert all(c.seed == 3 for c in configs.values())
+    assert all(c.init_adapter == "runs/my-sft" for c in configs.values())
     if name == "dynasearcher_gain":
         assert configs["acc_only"].reward_params == {"alpha": 0} and configs["acc_gain"].reward_params == {}
         assert configs["acc_only"].reward == configs["acc_gain"].reward == "dynasearcher"
         assert configs["acc_only"].loss_overrides == configs["acc_gain"].loss_overrides
+    elif name == "rsearch_evidence":
+        assert configs["no_evidence"].reward_weights == {"r_evid": 0} and configs["evidence"].reward_weights == {}
+        assert configs["evidence"].evidence_model == configs["no_evidence"].evidence_model == "smollm2-135m"
+    elif name == "when_to_search_stages":
+        assert configs["stages"].stage_switch_searches == 1.0  # the method's declared switch
+        assert configs["stage1"].stage_switch_searches == 1e6  # never reached: stage 1 throughout
     else:
         assert {arm: c.preset for arm, c in configs.items()} == {"dspo": "dspo", "gspo": "gspo", "dapo": "dapo"}
         assert all(c.loss_overrides["num_mini_batches"] == 4 for c in configs.values())
@@ -86,6 +93,9 @@ def test_dry_run_lists_train_then_eval_per_arm_and_seed(tmp_path, monkeypatch, c
     (["dspo_parts", "--arms", "dspo,grpo"], "unknown arm(s) grpo; dspo_parts has: dspo, gspo, dapo"),
     (["dspo_parts", "--seeds", "a,b"], "--seeds 'a,b' is not a comma-separated list of integers"),
     (["dspo_parts", "--seeds", ","], "--seeds names no seed"),
+    (["when_to_search_stages"], "starts every arm from an SFT adapter of its protocol: make one (workbench expert "
+                                "--method when_to_search"),
+    (["dspo_parts", "--init-adapter", "runs/nope"], "runs/nope does not exist"),
 ])
 def test_bad_arguments_are_one_line(argv, message, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["ablate", *argv, "--out", str(tmp_path)])
