@@ -143,12 +143,17 @@ def side_scores(seeds: Sequence[Sequence[str | Path]], method: str, metric: str 
             raise CompareError(f"the runs {', '.join(map(str, runs))} do not cover the same questions as "
                                f"{', '.join(map(str, seeds[0]))} (e.g. {diff[0]!r}); evaluate every seed on the same "
                                "splits and limit")
-    if len(per_seed) == 1:
-        return per_seed[0], per_seed
-    stacked = pd.concat([df.reindex(first) for df in per_seed], keys=range(len(per_seed)))
-    mean = stacked.groupby(level=1).mean().reindex(first)
-    mean["hops"] = per_seed[0]["hops"]
-    return mean, [df.reindex(first) for df in per_seed]
+    per_seed = [df.reindex(first) for df in per_seed]
+    return mean_over_seeds(per_seed), per_seed
+
+
+def mean_over_seeds(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Per question, the mean of each column over seeds' tables of the same questions (the first table's order)."""
+    if len(frames) == 1:
+        return frames[0]
+    out = pd.concat(frames, keys=range(len(frames))).groupby(level=1).mean().reindex(frames[0].index)
+    out["hops"] = frames[0]["hops"]
+    return out
 
 
 def align(a: pd.DataFrame, b: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -228,12 +233,7 @@ class Side:
         return [pd.DataFrame(recs).set_index("example_id") for recs in self.seeds]
 
     def mean(self) -> pd.DataFrame:
-        frames = self.frames()
-        if len(frames) == 1:
-            return frames[0]
-        out = pd.concat(frames, keys=range(len(frames))).groupby(level=1).mean().reindex(frames[0].index)
-        out["hops"] = frames[0]["hops"]
-        return out
+        return mean_over_seeds(self.frames())
 
 
 @dataclass
