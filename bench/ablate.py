@@ -11,9 +11,10 @@ arm gets the same steps, questions per step, group size and budgets. An arm × s
 ``OUT/<ablation>/<arm>/seed<S>/train``, its adapter evaluated greedily on the world's dev and test splits into
 ``.../eval``; a finished train or eval run is reused, so an interrupted ablation continues where it stopped.
 ``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and load average;
-``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05) and
-``comparison.md`` hold the paired table: per question the mean over seeds, the difference B − A with a bootstrap
-interval over questions, and each seed's mean beside it.
+``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05; with three arms one
+per compared pair, ``OUT/<ablation>/<full>_vs_<arm>/comparison.json``) and ``comparison.md`` hold the paired table: per question the mean over seeds, the difference B − A with a bootstrap
+interval over questions, and each seed's mean beside it. Each arm is compared against the full one
+(B = the arm with every part, A = the arm without one).
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ class Ablation:
     base: list[str]
     loss: dict
     arms: dict[str, Arm]
-    a: str  # the arm without the part (the baseline side of the difference)
-    b: str  # the arm with it
+    full: str  # the arm with every part: each other arm is compared against it (B = full, A = the other)
     eval_method: str = "search_r1+lora"
     init_adapter: str | None = "data/adapters/search_r1-sft"  # None: the user's SFT adapter (--init-adapter)
     cold_start: str = ""  # how to make that adapter
@@ -76,7 +76,7 @@ ABLATIONS: dict[str, Ablation] = {
         base=["--method", "search_r1", "--reward", "dynasearcher"],
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"acc_gain": Arm("r_acc + r_gain"), "acc_only": Arm("r_acc only", ["--reward-params", '{"alpha": 0}'])},
-        a="acc_only", b="acc_gain"),
+        full="acc_gain"),
     "dspo_parts": Ablation(
         question="DSPO: what do the dynamic filter and the sequence-level ratio each add? Full DSPO against GSPO "
                  "(no filter) and DAPO (token-level ratio)",
@@ -85,7 +85,7 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"num_mini_batches": 4, "filter_max_rounds": 1},  # equal work: one rollout round, 4 updates a step
         arms={"dspo": Arm("DSPO", ["--preset", "dspo"]), "gspo": Arm("GSPO (no filter)", ["--preset", "gspo"]),
               "dapo": Arm("DAPO (token ratio)", ["--preset", "dapo"])},
-        a="gspo", b="dspo"),
+        full="dspo"),
     "rsearch_evidence": Ablation(
         question="R-Search (evidence): does the evidence reward r_evid (a frozen model answering from the policy's "
                  "evidence alone) help, against r_ans + r_fmt?",
@@ -94,7 +94,7 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"evidence": Arm("r_ans + r_evid + r_fmt"),
               "no_evidence": Arm("r_ans + r_fmt", ["--reward-weights", '{"r_evid": 0}'])},
-        a="no_evidence", b="evidence", eval_method="rsearch_evidence+lora", init_adapter=None,
+        full="evidence", eval_method="rsearch_evidence+lora", init_adapter=None,
         cold_start="workbench expert --method rsearch_evidence --split train --hops 1,2 --out runs && workbench sft "
                    "--method rsearch_evidence --traces '[\"runs/<expert run>\"]' --trace-hops '[1,2]' (the recipe's SFT "
                    "flags, README)"),
@@ -106,7 +106,7 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"filter_max_rounds": 1},
         arms={"stages": Arm("stage 1 then 2"),
               "stage1": Arm("stage 1 only", ["--stage-switch-searches", "1000000"])},  # the switch never fires
-        a="stage1", b="stages", eval_method="when_to_search+lora", init_adapter=None,
+        full="stages", eval_method="when_to_search+lora", init_adapter=None,
         cold_start="workbench expert --method when_to_search --split train --hops 1,2 --out runs && workbench sft "
                    "--method when_to_search --traces '[\"runs/<expert run>\"]' --trace-hops '[1,2]' (the recipe's SFT "
                    "flags, README)"),
@@ -190,14 +190,14 @@ def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]
                               for a in ab.arms},
             "train_args": {a: ab.train_args(a, 0, Path("OUT"), init)[1:-5] for a in ab.arms},
             "load": [r["load_before"] for r in records], "machine": f"{os.cpu_count()} cores"}
-    arms = [a for a in ab.arms if a != ab.a]
-    for b in arms:
+    others = [a for a in ab.arms if a != ab.full and a in evals]  # the arms run so far (--arms)
+    for other in others:
         c = Comparison.from_runs(
-            name if len(arms) == 1 else f"{name}: {b} vs {ab.a}",
-            Side(ab.arms[ab.a].label, ab.eval_method, [[str(p) for p in s] for s in evals[ab.a]]),
-            Side(ab.arms[b].label, ab.eval_method, [[str(p) for p in s] for s in evals[b]]),
+            name if len(ab.arms) == 2 else f"{name}: {ab.full} vs {other}",
+            Side(ab.arms[other].label, ab.eval_method, [[str(p) for p in s] for s in evals[other]]),
+            Side(ab.arms[ab.full].label, ab.eval_method, [[str(p) for p in s] for s in evals[ab.full]]),
             metric="cem", question=ab.question, paper=ab.paper, command=cmd, provenance=prov)
-        stem = "comparison" if len(arms) == 1 else f"{b}_vs_{ab.a}/comparison"
+        stem = "comparison" if len(ab.arms) == 2 else f"{ab.full}_vs_{other}/comparison"
         path = c.save(out / f"{stem}.json")
         text = f"## {c.name}\n\n{c.question}\n\nPaper: {c.paper}\n\n{c.markdown()}\n\nPer seed:\n\n" + \
             seed_markdown(c.seed_table(), c.a.label, c.b.label) + f"\n\nRe-run: `{cmd}`\n"
@@ -257,8 +257,8 @@ def main() -> None:
                 evals[arm].append(run_arm(ab, arm, seed, out, out / "log.jsonl", args.dry_run, args.init_adapter))
     if args.dry_run:
         return
-    if ab.a not in evals or len(evals) < 2:
-        print(f"ablate: compare needs arm {ab.a!r} and another; run the rest with --arms, then --compare-only")
+    if ab.full not in evals or len(evals) < 2:
+        print(f"ablate: a comparison needs arm {ab.full!r} and another; run the rest with --arms, then --compare-only")
         return
     compare(args.ablation, ab, out, evals, seeds, init)
 

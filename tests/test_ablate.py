@@ -103,8 +103,9 @@ def test_bad_arguments_are_one_line(argv, message, tmp_path, monkeypatch):
         _ablate().main()
 
 
-def _arm_runs(out: Path, arm: str, seed: int, dev: dict[str, float], test: dict[str, float], searches: float) -> None:
-    home = out / "dynasearcher_gain" / arm / f"seed{seed}" / "eval"
+def _arm_runs(out: Path, arm: str, seed: int, dev: dict[str, float], test: dict[str, float], searches: float,
+             ablation: str = "dynasearcher_gain") -> None:
+    home = out / ablation / arm / f"seed{seed}" / "eval"
     _eval_run(home, f"{arm}-s{seed}-dev", dev, searches)
     _eval_run(home, f"{arm}-s{seed}-test", test, searches)
 
@@ -215,3 +216,16 @@ def test_compare_methods_saves_a_comparison_notebook_05_reads(tmp_path, monkeypa
         cm.main()
     with pytest.raises(paired.CompareError, match="no features.parquet, which a reward is computed from"):
         paired.run_scores(a, "m", reward=lambda f: f)
+
+
+def test_a_three_arm_ablation_compares_each_arm_run_so_far_against_the_full_one(tmp_path, monkeypatch):
+    for arm, v in (("dspo", 1.0), ("gspo", 0.0)):
+        _arm_runs(tmp_path, arm, 0, {"d1": v, "d2": 0.0}, {"t1": v}, 1.0, ablation="dspo_parts")
+    monkeypatch.setattr(sys, "argv", ["ablate", "dspo_parts", "--compare-only", "--seeds", "0", "--arms", "dspo,gspo",
+                                      "--out", str(tmp_path)])
+    _ablate().main()
+    (path,) = (tmp_path / "dspo_parts").rglob("comparison.json")  # no DAPO arm yet: one comparison
+    assert path.parent.name == "dspo_vs_gspo"
+    c = paired.Comparison.load(path)
+    assert (c.a.label, c.b.label) == ("GSPO (no filter)", "DSPO") and c.name == "dspo_parts: dspo vs gspo"
+    assert c.rows().set_index("hops").loc["all", "diff"] == pytest.approx(2 / 3)
