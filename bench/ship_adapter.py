@@ -6,7 +6,9 @@ Writes ``adapter_model.safetensors`` (the LoRA weights of the run's newest check
 ``--dtype``: bf16 halves the file, LoRA deltas lose nothing that greedy decoding notices — the demo's
 comparison is measured with the shipped file), ``adapter_config.json`` (base model by its alias) and
 ``provenance.json`` (the run's config, its SFT/RL metrics per step, the checkpoint step, the git commit
-of the code that trained it, and for an RL run started from an adapter, that adapter's run and commit).
+of the code that trained it, and for an RL run started from an adapter, that adapter's run and commit), with the
+``command`` that trains the same run again (every config value that is not the default, as flags) and the
+``data`` it was trained on (dataset, split, question types, expert traces, the world's config).
 """
 
 from __future__ import annotations
@@ -18,6 +20,36 @@ from pathlib import Path
 
 #: Per-step figures kept in provenance.json: SFT's loss, RL's reward, cover-EM and searches.
 STEP_KEYS = ("step", "loss", "tokens", "grad_norm", "reward_mean", "cem", "searches_mean", "format_ok")
+#: Config keys that say what a run was trained on.
+DATA_KEYS = ("dataset", "split", "question_types", "traces", "trace_hops", "max_traces", "world")
+
+
+def command(config: dict) -> str:
+    """``workbench train|sft --method M`` with every config field that differs from what ``--method M`` alone
+    gives (the method's declaration over the defaults), as flags (JSON for lists and dicts): the command that trains
+    the same run again."""
+    import dataclasses
+    import shlex
+
+    from workbench import methods
+    from workbench.rl.sft import SFTConfig
+    from workbench.rl.train_config import TrainConfig
+
+    kind = "sft" if config.get("kind") == "sft" else "train"
+    cls = SFTConfig if kind == "sft" else TrainConfig
+    method = config.get("method")
+    data = {"traces": config["traces"]} if kind == "sft" and config.get("traces") else {}  # SFT needs data
+    base = methods.get_method(method).train_config(cls, **data) if method else cls(**data)
+    args = ["workbench", kind] + (["--method", method] if method else [])
+    for f in dataclasses.fields(cls):
+        if f.name == "method" or f.name not in config:
+            continue
+        value = config[f.name]
+        if value is None or (value == getattr(base, f.name) and f.name not in data):
+            continue
+        text = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
+        args += [f"--{f.name.replace('_', '-')}", text]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def main() -> None:
@@ -49,6 +81,7 @@ def main() -> None:
     config = json.loads((run / "config.json").read_text())
     record = {
         "run_id": run.name, "checkpoint": src.name, "dtype": args.dtype, "commit": commit, "config": config,
+        "command": command(config), "data": {k: config[k] for k in DATA_KEYS if k in config},
         "metrics": [{k: r[k] for k in STEP_KEYS if k in r} for r in steps if "step" in r],
     }
     init = config.get("init_adapter")  # an RL run on top of an adapter: name the stage before it too

@@ -173,3 +173,28 @@ def test_compare_methods_intervals_are_scipys():
     assert 0.0 <= lo < half.mean() < hi <= 1.0
     assert cm.mean_interval(np.array([0.7])) == (0.7, 0.7)
     assert all(np.isnan(cm.mean_interval(np.array([]))))
+
+
+@pytest.mark.parametrize("adapter", ["search_r1-sft", "search_r1-sft-grpo"])
+def test_a_shipped_adapters_command_rebuilds_its_config(adapter):
+    """provenance.json's ``command`` parsed by the real CLI gives the recorded config back, field for field."""
+    import dataclasses
+    import shlex
+
+    from workbench import methods
+    from workbench.cli import build_parser
+    from workbench.rl.sft import SFTConfig
+    from workbench.rl.train_config import TrainConfig
+
+    prov = json.loads((BENCH.parent / "data" / "adapters" / adapter / "provenance.json").read_text())
+    assert prov["command"] == _load("ship_adapter").command(prov["config"])
+    argv = shlex.split(prov["command"])
+    assert argv[:2] == ["workbench", prov["config"]["kind"] if prov["config"]["kind"] == "sft" else "train"]
+    cls = SFTConfig if argv[1] == "sft" else TrainConfig
+    args = build_parser().parse_args(argv[1:])
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name) is not None}
+    rebuilt = dataclasses.asdict(methods.train_config(config_class=cls, **given))
+    recorded = prov["config"]
+    differ = {k: (recorded[k], rebuilt[k]) for k in rebuilt if k in recorded and recorded[k] != rebuilt[k]}
+    assert not differ
+    assert prov["data"]["dataset"] == "world" and prov["data"]["world"] == recorded["world"]
