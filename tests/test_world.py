@@ -234,6 +234,23 @@ def test_from_file_rejects_unknown_key(tmp_path):
         WorldConfig(splits=(0.5, 0.2, 0.2))
 
 
+@pytest.mark.parametrize("content, message", [
+    (None, "not a readable world config JSON file \\(IsADirectoryError"),  # a folder where a file belongs
+    ("nonsense", "not a readable world config JSON file \\(JSONDecodeError"),
+    ('{"seed": "x"}', "WorldConfig.seed must be an int, got 'x'"),
+])
+def test_a_bad_world_config_file_is_one_error_naming_it(tmp_path, content, message, capsys):
+    from workbench.cli import main
+
+    path = tmp_path / "cfg"
+    path.mkdir() if content is None else path.write_text(content)
+    with pytest.raises(ValueError, match=f"{path}: {message}"):
+        WorldConfig.from_file(path)
+    assert main(["world", "--config", str(path)]) == 2  # the CLI prints it as one line, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith(f"workbench world: error: {path}") and err.count("\n") == 1
+
+
 def test_lookups(world):
     person = next(e for e in world.entities.values() if e.type == "person")
     assert world.entity_by_name(person.aliases[0].upper()) is person

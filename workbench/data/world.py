@@ -155,14 +155,21 @@ class WorldConfig:
     def from_file(cls, path: str | os.PathLike) -> WorldConfig:
         """Read a JSON object of config fields; an unknown key is an error."""
         path = Path(path)
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a readable world config JSON file ({type(e).__name__}: {e}); pass a file "
+                             "like data/world.json") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a world config must be a JSON object, got {type(data).__name__}")
         valid = [f.name for f in fields(cls)]
         for key in data:
             if key not in valid:
                 raise ValueError(f"{path}: unknown world config key {key!r}; valid keys: {', '.join(valid)}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except TypeError as e:  # a value of the wrong type, named by __post_init__
+            raise ValueError(f"{path}: {e}") from None
 
 
 def default_world_config() -> WorldConfig:
