@@ -147,6 +147,9 @@ def test_api_key_is_checked_before_routing(start):
         assert status == 401 and "API key" in openai_error(raw, 401)
     assert request(url, "/models", headers={"Authorization": "Bearer wrong"})[0] == 401
     assert request(url, "/models", headers={"Authorization": "Bearer sekret"})[0] == 200
+    assert request(url, "/models", headers={"Authorization": "bearer sekret"})[0] == 200  # the scheme's case is free
+    assert request(url, "/models/", headers={"Authorization": "Bearer sekret"})[0] == 200  # a trailing slash too
+    assert json.loads(request(url, "/models")[1])["error"]["type"] == "authentication_error"
 
 
 def test_many_concurrent_requests_are_one_batch_beyond_the_threadpool(start):

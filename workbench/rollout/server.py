@@ -51,7 +51,7 @@ from typing import Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
 
-from workbench.http_stack import BodyGuard, ServerThread, json_response
+from workbench.http_stack import BearerAuth, BodyGuard, ServerThread, json_response
 from workbench.rollout.backends.base import ERROR, LENGTH, STOP, Backend, Generation, SamplingParams
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX, is_loopback_host
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
@@ -243,19 +243,14 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> An
     return json_response(status, {"error": {"message": message, "type": kind, "code": status}})
 
 
-class _Gate:
-    """The outermost ASGI layer: the bearer key (checked before routing, for every path) and trailing slashes."""
+class _Slashes:
+    """ASGI layer under the key check: a trailing slash is dropped, so ``/v1/models/`` is ``/v1/models``."""
 
-    def __init__(self, app: Any, api_key: str | None):
+    def __init__(self, app: Any):
         self.app = app
-        self.expected = f"Bearer {api_key}".encode() if api_key else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            if self.expected is not None and dict(scope["headers"]).get(b"authorization") != self.expected:
-                await _error(401, "missing or wrong API key (Authorization: Bearer ...)",
-                             "authentication_error")(scope, receive, send)
-                return
             path = scope["path"]
             if len(path) > 1 and path.endswith("/"):
                 scope = {**scope, "path": path.rstrip("/") or "/"}
@@ -336,7 +331,12 @@ def create_app(srv: CompletionServer) -> Any:
     app.post("/v1/unload_lora_adapter")(lora_route(False))
     guarded = BodyGuard(app, MAX_BODY_BYTES, lambda status, msg: {"error": {
         "message": msg, "type": "invalid_request_error", "code": status}})
-    return _Gate(guarded, srv.api_key)
+    app = _Slashes(guarded)
+    if not srv.api_key:
+        return app
+    # the key is checked first, before routing, for every path (constant-time compare: http_stack.BearerAuth)
+    return BearerAuth(app, srv.api_key, lambda status, msg: {"error": {
+        "message": msg, "type": "authentication_error", "code": status}}, open_paths=())
 
 
 def _read_json(raw: bytes) -> dict[str, Any]:
