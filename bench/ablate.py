@@ -72,7 +72,8 @@ ABLATIONS: dict[str, Ablation] = {
     "dynasearcher_gain": Ablation(
         question="DynaSearcher: does the gain term r_gain = α·(recall − hop penalty) raise accuracy and cut "
                  "redundant searches, against r_acc alone (α = 0)?",
-        paper="DynaSearcher (file 000, Sec. 4): r_acc + r_gain beats r_acc alone, with fewer retrievals",
+        paper="DynaSearcher (file 000, Table 3, (b) → (c) w/ multi-reward): CEM 54.1 → 57.1 in-domain, 31.1 → 33.6 "
+              "out-of-domain (F1 and EM slightly lower); Sec. 3.2: the penalty discourages redundant searches",
         base=["--method", "search_r1", "--reward", "dynasearcher"],
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"acc_gain": Arm("r_acc + r_gain"), "acc_only": Arm("r_acc only", ["--reward-params", '{"alpha": 0}'])},
@@ -80,7 +81,8 @@ ABLATIONS: dict[str, Ablation] = {
     "dspo_parts": Ablation(
         question="DSPO: what do the dynamic filter and the sequence-level ratio each add? Full DSPO against GSPO "
                  "(no filter) and DAPO (token-level ratio)",
-        paper="DSPO (file 002): full DSPO beats both w/o filter (= GSPO) and w/o sequence level (= DAPO)",
+        paper="DSPO (file 002, Table 1, 7B, average over 7 datasets): DSPO 0.531 "
+              "against w/o dynamic filter (GSPO) 0.313 and w/o sequence-level optimization (DAPO) 0.406",
         base=["--method", "dspo"],
         loss={"num_mini_batches": 4, "filter_max_rounds": 1},  # equal work: one rollout round, 4 updates a step
         arms={"dspo": Arm("DSPO", ["--preset", "dspo"]), "gspo": Arm("GSPO (no filter)", ["--preset", "gspo"]),
@@ -89,7 +91,9 @@ ABLATIONS: dict[str, Ablation] = {
     "rsearch_evidence": Ablation(
         question="R-Search (evidence): does the evidence reward r_evid (a frozen model answering from the policy's "
                  "evidence alone) help, against r_ans + r_fmt?",
-        paper="R-Search (file 001, ablation): removing the evidence reward lowers accuracy",
+        paper="R-Search (file 001, Table 3, F1): w/o evidence is lower on every dataset, most on multi-hop "
+              "(Qwen2.5-3B: 2Wiki 66.6 → 72.6, Bamboogle 42.3 → 49.8); the variant also drops the evidence from the "
+              "rollout, here only the reward term",
         base=["--method", "rsearch_evidence", "--evidence-model", "smollm2-135m"],
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"evidence": Arm("r_ans + r_evid + r_fmt"),
