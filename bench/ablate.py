@@ -143,9 +143,9 @@ def run_logged(cmd: list[str], log: Path, dry: bool, **meta: object) -> None:
     print(("would run: " if dry else "$ ") + shown, flush=True)
     if dry:
         return
-    start, load = time.time(), os.getloadavg()[0]
+    start, load, at = time.time(), os.getloadavg()[0], commit()  # the code the command starts with
     rc = subprocess.run(cmd, cwd=ROOT).returncode
-    rec = {"command": shown, "commit": commit(), "start": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
+    rec = {"command": shown, "commit": at, "start": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
            "seconds": round(time.time() - start, 1), "load_before": round(load, 2),
            "load_after": round(os.getloadavg()[0], 2), "rc": rc, **meta}
     with log.open("a") as f:
