@@ -58,6 +58,8 @@ class Ablation:
     arms: dict[str, Arm]
     full: str  # the arm with every part: each other arm is compared against it (B = full, A = the other)
     eval_method: str = "search_r1+lora"
+    #: cover-EM first (``comparison.json``), then what else the question asks (``<metric>/comparison.json``)
+    metrics: tuple[str, ...] = ("cem", "n_searches", "redundant")
     init_adapter: str | None = "data/adapters/search_r1-sft"  # None: the user's SFT adapter (--init-adapter)
     cold_start: str = ""  # how to make that adapter
 
@@ -77,7 +79,7 @@ ABLATIONS: dict[str, Ablation] = {
         base=["--method", "search_r1", "--reward", "dynasearcher"],
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"acc_gain": Arm("r_acc + r_gain"), "acc_only": Arm("r_acc only", ["--reward-params", '{"alpha": 0}'])},
-        full="acc_gain"),
+        full="acc_gain", metrics=("cem", "recall", "n_searches", "redundant")),
     "dspo_parts": Ablation(
         question="DSPO: what do the dynamic filter and the sequence-level ratio each add? Full DSPO against GSPO "
                  "(no filter) and DAPO (token-level ratio)",
@@ -183,7 +185,7 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, 
 
 def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]]], seeds: list[int],
             init: str | None) -> None:
-    from workbench.eval.paired import Comparison, Side, seed_markdown
+    from workbench.eval.paired import CompareError, Comparison, Side, seed_markdown
 
     cmd = f".venv/bin/python bench/ablate.py {name} --seeds {','.join(map(str, seeds))} --out {out.parent}" + \
         (f" --init-adapter {init}" if init and init != ab.init_adapter else "")
@@ -196,18 +198,27 @@ def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]
             "load": [r["load_before"] for r in records], "machine": f"{os.cpu_count()} cores"}
     others = [a for a in ab.arms if a != ab.full and a in evals]  # the arms run so far (--arms)
     for other in others:
-        c = Comparison.from_runs(
-            name if len(ab.arms) == 2 else f"{name}: {ab.full} vs {other}",
-            Side(ab.arms[other].label, ab.eval_method, [[str(p) for p in s] for s in evals[other]]),
-            Side(ab.arms[ab.full].label, ab.eval_method, [[str(p) for p in s] for s in evals[ab.full]]),
-            metric="cem", question=ab.question, paper=ab.paper, command=cmd, provenance=prov)
-        stem = "comparison" if len(ab.arms) == 2 else f"{ab.full}_vs_{other}/comparison"
-        path = c.save(out / f"{stem}.json")
-        text = f"## {c.name}\n\n{c.question}\n\nPaper: {c.paper}\n\n{c.markdown()}\n\nPer seed:\n\n" + \
-            seed_markdown(c.seed_table(), c.a.label, c.b.label) + f"\n\nRe-run: `{cmd}`\n"
-        path.with_suffix(".md").write_text(text)
+        pair = name if len(ab.arms) == 2 else f"{name}: {ab.full} vs {other}"
+        folder = out if len(ab.arms) == 2 else out / f"{ab.full}_vs_{other}"
+        sections = []
+        for metric in ab.metrics:
+            try:
+                c = Comparison.from_runs(
+                    pair if metric == "cem" else f"{pair} ({metric})",
+                    Side(ab.arms[other].label, ab.eval_method, [[str(p) for p in s] for s in evals[other]]),
+                    Side(ab.arms[ab.full].label, ab.eval_method, [[str(p) for p in s] for s in evals[ab.full]]),
+                    metric=metric, question=ab.question, paper=ab.paper, command=cmd, provenance=prov)
+            except CompareError as e:
+                print(f"ablate: {metric} left out: {e}")
+                continue
+            path = c.save(folder / ("" if metric == "cem" else metric) / "comparison.json")
+            sections.append(f"### {c.name}\n\n{c.markdown()}\n\nPer seed:\n\n"
+                            f"{seed_markdown(c.seed_table(), c.a.label, c.b.label)}\n")
+            print(f"wrote {path}")
+        text = f"## {pair}\n\n{ab.question}\n\nPaper: {ab.paper}\n\n" + "\n".join(sections) + \
+            f"\nRe-run: `{cmd}`\n"
+        (folder / "comparison.md").write_text(text)
         print(text)
-        print(f"wrote {path}")
 
 
 def main() -> None:

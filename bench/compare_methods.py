@@ -9,6 +9,10 @@ Several runs may be given for either side (e.g. the dev eval and the test eval):
 
     .venv/bin/python bench/compare_methods.py SFT_DEV SFT_TEST --a search_r1+lora --b-run RL_DEV RL_TEST
 
+``--metric`` is a column of the runs' trajectories (``cem``, ``f1``, ``n_searches``...), of their
+``features.parquet`` (``recall`` of the gold passages...), or ``redundant`` (searched more often than the question has
+hops) / ``extra_searches``.
+
 For each hop count and overall: n, the mean of ``--metric`` for A and B with Wilson 95% intervals
 (a proportion per question: scipy's ``binomtest(...).proportion_ci(method="wilson")``; a bootstrap interval when a
 question's value is not 0 or 1, e.g. the mean over several samples), and the paired difference B − A with a

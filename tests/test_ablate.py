@@ -130,7 +130,10 @@ def test_compare_only_pools_splits_averages_seeds_and_writes_the_comparison(tmp_
     seeds = c.seed_table()
     assert list(seeds["mean"]) == pytest.approx([0.0, 1 / 8, 1.0, 7 / 8])
     assert c.a.label == "r_acc only" and c.b.label == "r_acc + r_gain" and "ablate.py dynasearcher_gain" in c.command
-    assert "| all | 8 |" in printed and (path.with_suffix(".md")).read_text().count("| all |") == 1
+    assert "| all | 8 |" in printed and (path.with_suffix(".md")).read_text().count("| all |") == 3
+    assert "recall left out" in printed  # these runs have no features.parquet: the other metrics still compare
+    red = paired.Comparison.load(path.parent / "redundant" / "comparison.json").rows().set_index("hops")
+    assert red.loc["1", "a"] == 1.0 and red.loc["all", "b"] == 0.0  # 2 searches on one-hop questions; then 1
 
 
 def test_compare_only_names_the_missing_arm_run(tmp_path, monkeypatch):
@@ -174,6 +177,18 @@ def test_a_comparison_file_round_trips_and_a_bad_one_is_named(tmp_path):
     found = paired.find_comparisons(tmp_path / "out", tmp_path / "out2", tmp_path / "missing")
     assert isinstance(found[0][1], paired.Comparison)
     assert isinstance(found[1][1], str) and "not a comparison file" in found[1][1]
+
+
+def test_a_metric_from_the_features_or_derived(tmp_path):
+    run = _eval_run(tmp_path, "r", {"q1": 1.0, "q2": 0.0}, searches=2.0)  # hops 1 and 2
+    df = pd.read_parquet(run / "trajectories.parquet").assign(id=["a", "b"])
+    df.to_parquet(run / "trajectories.parquet")
+    pd.DataFrame({"id": ["b", "a"], "recall": [0.5, 1.0]}).to_parquet(run / "features.parquet")
+    assert paired.run_scores(run, "search_r1+lora", "recall")["v"].to_dict() == {"q1": 1.0, "q2": 0.5}
+    assert paired.run_scores(run, "search_r1+lora", "redundant")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
+    assert paired.run_scores(run, "search_r1+lora", "extra_searches")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
+    with pytest.raises(paired.CompareError, match="'nope' is not a column of .* or features; one of: .*redundant"):
+        paired.run_scores(run, "search_r1+lora", "nope")
 
 
 def test_interval_of_a_constant_difference_is_that_value():
@@ -224,8 +239,9 @@ def test_a_three_arm_ablation_compares_each_arm_run_so_far_against_the_full_one(
     monkeypatch.setattr(sys, "argv", ["ablate", "dspo_parts", "--compare-only", "--seeds", "0", "--arms", "dspo,gspo",
                                       "--out", str(tmp_path)])
     _ablate().main()
-    (path,) = (tmp_path / "dspo_parts").rglob("comparison.json")  # no DAPO arm yet: one comparison
-    assert path.parent.name == "dspo_vs_gspo"
+    folders = {p.parent.relative_to(tmp_path / "dspo_parts") for p in (tmp_path / "dspo_parts").rglob("comparison.json")}
+    assert folders == {Path("dspo_vs_gspo"), Path("dspo_vs_gspo/n_searches"), Path("dspo_vs_gspo/redundant")}
+    path = tmp_path / "dspo_parts" / "dspo_vs_gspo" / "comparison.json"  # no DAPO arm yet: one pair
     c = paired.Comparison.load(path)
     assert (c.a.label, c.b.label) == ("GSPO (no filter)", "DSPO") and c.name == "dspo_parts: dspo vs gspo"
     assert c.rows().set_index("hops").loc["all", "diff"] == pytest.approx(2 / 3)

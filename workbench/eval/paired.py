@@ -78,10 +78,19 @@ def _numeric(t: Any) -> bool:
     return pt.is_floating(t) or pt.is_integer(t) or pt.is_boolean(t)
 
 
+#: Metrics computed from a trajectory's columns rather than stored: ``redundant`` is 1 when it searched more often
+#: than its question has hops (what DynaSearcher's hop penalty is for), ``extra_searches`` how many more times.
+DERIVED_METRICS = {
+    "redundant": lambda df: (df["n_searches"] > df["hops"]).astype(float),
+    "extra_searches": lambda df: (df["n_searches"] - df["hops"]).clip(lower=0).astype(float),
+}
+
+
 def run_scores(run_dir: str | Path, method: str, metric: str = "cem", reward: Any = None) -> pd.DataFrame:
     """One row per question of ``method`` in the eval run ``run_dir`` (:data:`SCORE_COLUMNS`, indexed by
-    ``example_id``): the metric's mean over samples. With ``reward`` (a reward preset's ``Rubric``) the value is its
-    total, computed from the run's ``features.parquet``."""
+    ``example_id``): the metric's mean over samples. The metric is a column of ``trajectories.parquet``, else of
+    ``features.parquet`` (e.g. ``recall`` of the gold passages), or one of :data:`DERIVED_METRICS`. With ``reward``
+    (a reward preset's ``Rubric``) the value is its total, computed from the run's ``features.parquet``."""
     import pyarrow.parquet as pq
 
     from workbench.runs import open_run
@@ -90,19 +99,21 @@ def run_scores(run_dir: str | Path, method: str, metric: str = "cem", reward: An
         run = open_run(run_dir)
     except Exception as e:  # noqa: BLE001 - a missing or unreadable run is one line naming it
         raise CompareError(f"{run_dir}: not a readable run ({e}); pass an eval run directory") from None
-    path = run.path / "trajectories.parquet"
+    path, fpath = run.path / "trajectories.parquet", run.path / "features.parquet"
     if not path.is_file():
         raise CompareError(f"{run_dir} has no trajectories.parquet; pass an eval run directory")
     schema = pq.read_schema(path)
-    if reward is None and metric not in schema.names:
+    fschema = pq.read_schema(fpath).names if fpath.is_file() and "id" in schema.names else []
+    from_features = reward is not None or (metric not in schema.names and metric in fschema)
+    if reward is None and metric not in schema.names and metric not in fschema and metric not in DERIVED_METRICS:
         numeric = [f.name for f in schema if _numeric(f.type) and f.name not in ("sample_idx", "hops")]
-        raise CompareError(f"--metric {metric!r} is not a column of {run_dir}'s trajectories; one of: "
-                           f"{', '.join(numeric)}")
-    if reward is not None and not ((run.path / "features.parquet").is_file() and "id" in schema.names):
+        raise CompareError(f"--metric {metric!r} is not a column of {run_dir}'s trajectories or features; one of: "
+                           f"{', '.join(numeric + [m for m in DERIVED_METRICS])}, or a features.parquet column")
+    if reward is not None and not fschema:
         raise CompareError(f"{run_dir} has no features.parquet, which a reward is computed from; compare "
                            "--metric instead, or evaluate again (workbench eval writes the features)")
-    cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if reward is not None
-                                                                                    else [metric])
+    own = [metric] if metric in schema.names else []
+    cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if from_features else own)
     df = pd.read_parquet(path, columns=cols)
     df = df[df["method"] == method]
     if df.empty:
@@ -110,11 +121,16 @@ def run_scores(run_dir: str | Path, method: str, metric: str = "cem", reward: An
         raise CompareError(f"{run_dir} has no trajectories of method {method!r}; it has: {', '.join(have)}")
     value = metric
     if reward is not None:
-        feats = pd.read_parquet(run.path / "features.parquet")
+        feats = pd.read_parquet(fpath)
         feats = feats[feats["id"].isin(df["id"])].reset_index(drop=True)
         total = pd.Series(np.asarray(reward(feats).total, float), index=feats["id"])
         value = "reward"
         df = df.assign(reward=df["id"].map(total))
+    elif from_features:
+        feats = pd.read_parquet(fpath, columns=["id", metric]).set_index("id")[metric]
+        df = df.assign(**{metric: df["id"].map(feats).astype(float)})
+    elif not own:
+        df = df.assign(**{metric: DERIVED_METRICS[metric](df)})
     df = df.assign(answered=df["answer"].notna())
     return df.groupby("example_id").agg(v=(value, "mean"), hops=("hops", "first"), s=("n_searches", "mean"),
                                         ans=("answered", "mean"), fmt=("format_ok", "mean"))
