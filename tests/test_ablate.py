@@ -187,6 +187,8 @@ def test_a_metric_from_the_features_or_derived(tmp_path):
     assert paired.run_scores(run, "search_r1+lora", "recall")["v"].to_dict() == {"q1": 1.0, "q2": 0.5}
     assert paired.run_scores(run, "search_r1+lora", "redundant")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
     assert paired.run_scores(run, "search_r1+lora", "extra_searches")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
+    searches = paired.run_scores(run, "search_r1+lora", "n_searches")  # a metric that is also a kept column
+    assert searches["v"].to_dict() == {"q1": 2.0, "q2": 2.0} and searches["hops"].to_dict() == {"q1": 1, "q2": 2}
     with pytest.raises(paired.CompareError, match="'nope' is not a column of .* or features; one of: .*redundant"):
         paired.run_scores(run, "search_r1+lora", "nope")
 
@@ -245,3 +247,21 @@ def test_a_three_arm_ablation_compares_each_arm_run_so_far_against_the_full_one(
     c = paired.Comparison.load(path)
     assert (c.a.label, c.b.label) == ("GSPO (no filter)", "DSPO") and c.name == "dspo_parts: dspo vs gspo"
     assert c.rows().set_index("hops").loc["all", "diff"] == pytest.approx(2 / 3)
+
+
+def test_the_shipped_ablation_figures_are_what_readme_and_results_quote():
+    """The numbers the README and RESULTS quote for DynaSearcher's ablation are recomputed from the shipped
+    comparison files (per-question scores of both arms and seeds)."""
+    root = BENCH.parent
+    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+
+    def diff(metric: str, hops: str = "all") -> str:
+        folder = root / "data" / "results" / "dynasearcher_gain" / ("" if metric == "cem" else metric)
+        r = paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops]
+        return f"{r['diff']:+.3f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]".replace("-", "−")
+
+    for metric, hops in (("cem", "all"), ("recall", "all"), ("n_searches", "all"), ("cem", "1")):
+        assert diff(metric, hops) in readme and diff(metric, hops) in results, (metric, hops)
+    assert diff("redundant") in results
+    c = paired.Comparison.load(root / "data" / "results" / "dynasearcher_gain" / "comparison.json")
+    assert len(c.a.seeds) == len(c.b.seeds) == 2 and sum(len(s) for s in c.b.seeds) == 2 * 180

@@ -112,8 +112,9 @@ def run_scores(run_dir: str | Path, method: str, metric: str = "cem", reward: An
     if reward is not None and not fschema:
         raise CompareError(f"{run_dir} has no features.parquet, which a reward is computed from; compare "
                            "--metric instead, or evaluate again (workbench eval writes the features)")
+    base = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"]
     own = [metric] if metric in schema.names else []
-    cols = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"] + (["id"] if from_features else own)
+    cols = base + (["id"] if from_features else [c for c in own if c not in base])  # n_searches is read once
     df = pd.read_parquet(path, columns=cols)
     df = df[df["method"] == method]
     if df.empty:
