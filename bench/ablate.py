@@ -142,7 +142,8 @@ def finished(parent: Path, name: str = "") -> Path | None:
 
 def run_logged(cmd: list[str], log: Path, dry: bool, **meta: object) -> None:
     shown = " ".join(shlex.quote(c) for c in cmd)
-    print(("would run: " if dry else "$ ") + shown, flush=True)
+    label = f"[{meta.get('arm')} seed {meta.get('seed')}: {meta.get('stage')}, {time.strftime('%H:%M:%S')}] "
+    print(("would run: " if dry else label + "$ ") + shown, flush=True)
     if dry:
         return
     start, load, at = time.time(), os.getloadavg()[0], commit()  # the code the command starts with
