@@ -270,7 +270,7 @@ def main() -> None:
                                      f"run `bench/ablate.py {args.ablation} --seeds {seed} --arms {arm}` first")
                 evals[arm].append([r for r in runs if r is not None])
             else:
-                evals[arm].append(run_arm(ab, arm, seed, out, out / "log.jsonl", args.dry_run, args.init_adapter))
+                evals[arm].append(run_arm(ab, arm, seed, out, out / "log.jsonl", args.dry_run, init))
     if args.dry_run:
         return
     if ab.full not in evals or len(evals) < 2:

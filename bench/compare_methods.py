@@ -37,6 +37,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from workbench.eval.paired import (
     CompareError,
@@ -91,7 +92,7 @@ def main() -> None:
     try:
         a = pooled_scores(args.run_dir, args.a, args.metric, rubric)
         b = pooled_scores(args.b_run or args.run_dir, args.b, args.metric, rubric)
-        a, b, unscored = align(a, b)
+        a, b, unscored = align(a, b)  # nothing is unscored in a metric comparison, the only kind --save stores
     except CompareError as e:
         raise SystemExit(f"compare_methods: {e}") from None
     if unscored:  # e.g. a reward term whose feature the eval did not compute (query embeddings)
@@ -99,24 +100,25 @@ def main() -> None:
               f"there), left out of both: {', '.join(unscored[:5])}{' ...' if len(unscored) > 5 else ''}\n")
     print(markdown(paired_rows(a, b, proportion=not args.reward), args.a, args.b, args.metric))
     if args.save:
-        save(args)
+        save(args, a, b)
 
 
-def save(args: argparse.Namespace) -> None:
-    """The comparison as ``comparison.json`` (``workbench.eval.paired.Comparison``) with its re-run command."""
+def save(args: argparse.Namespace, a: Any, b: Any) -> None:
+    """The comparison of the per-question tables ``a`` and ``b`` read above as ``comparison.json``
+    (``workbench.eval.paired.Comparison``, one seed a side) with its re-run command."""
 
     path = Path(args.save)
     if path.suffix != ".json":
         path = path / "comparison.json"
     argv = list(sys.argv[1:])
-    for i, a in enumerate(argv):  # the runs' command is stored beside this one, not inside it
-        if a == "--runs-command":
+    for i, arg in enumerate(argv):  # the runs' command is stored beside this one, not inside it
+        if arg == "--runs-command":
             del argv[i:i + 2]
             break
-        if a.startswith("--runs-command="):
+        if arg.startswith("--runs-command="):
             del argv[i]
             break
-    cmd = " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/compare_methods.py", *argv])
+    cmd = " ".join(shlex.quote(arg) for arg in [".venv/bin/python", "bench/compare_methods.py", *argv])
     runs = {}
     for r in dict.fromkeys([*args.run_dir, *(args.b_run or [])]):
         try:
@@ -127,10 +129,11 @@ def save(args: argparse.Namespace) -> None:
         runs[str(r)] = {k: v for k, v in {"created": cfg.get("created"), "dataset": cfg.get("dataset"),
                                           "seed": cfg.get("seed"), "adapter": ev.get("adapter"),
                                           "rollout_engine": cfg.get("rollout_engine")}.items() if v is not None}
-    c = Comparison.from_runs(args.name or f"{args.b} vs {args.a}", Side(args.a, args.a, [list(args.run_dir)]),
-                             Side(args.b, args.b, [list(args.b_run or args.run_dir)]), metric=args.metric,
-                             question=args.question, command=" && ".join(x for x in (args.runs_command, cmd) if x),
-                             provenance={"machine": f"{os.cpu_count()} cores", "runs": runs})
+    c = Comparison(args.name or f"{args.b} vs {args.a}", args.metric,
+                   Side(args.a, args.a, [list(args.run_dir)]).store([a]),
+                   Side(args.b, args.b, [list(args.b_run or args.run_dir)]).store([b]), question=args.question,
+                   command=" && ".join(x for x in (args.runs_command, cmd) if x),
+                   provenance={"machine": f"{os.cpu_count()} cores", "runs": runs})
     print(f"wrote {c.save(path)}")
 
 

@@ -9,7 +9,7 @@ difference B − A with a bootstrap interval over questions.
 Intervals: Wilson's score interval for a proportion (every value 0 or 1), else a percentile bootstrap of the mean
 (scipy's ``bootstrap``, 10,000 resamples, seed 0). With several seeds a side's value per question is the mean over
 seeds, so the difference's interval covers question sampling; :func:`seed_rows` shows the seed-to-seed spread beside
-it (each seed of B against each seed of A).
+it (each seed's overall mean on each side).
 
 A :class:`Comparison` is a named pair of sides with their per-question values; it saves as JSON
 (``comparison.json``: what ``bench/ablate.py`` writes and notebook 05 shows) and loads back without the runs.
@@ -246,6 +246,11 @@ class Side:
     runs: list[list[str]]
     seeds: list[list[dict[str, Any]]] = field(default_factory=list)
 
+    def store(self, per_seed: Sequence[pd.DataFrame]) -> Side:
+        """Keep each seed's per-question table (:func:`run_scores`' columns, indexed by ``example_id``)."""
+        self.seeds = [df.reset_index().to_dict("records") for df in per_seed]
+        return self
+
     def frames(self) -> list[pd.DataFrame]:
         return [pd.DataFrame(recs).set_index("example_id") for recs in self.seeds]
 
@@ -270,10 +275,12 @@ class Comparison:
     @classmethod
     def from_runs(cls, name: str, a: Side, b: Side, metric: str = "cem", **kw: Any) -> Comparison:
         """Read both sides' eval runs (every seed) and store their per-question values."""
+        means = []
         for side in (a, b):
-            _, per_seed = side_scores(side.runs, side.method, metric)
-            side.seeds = [df.reset_index().to_dict("records") for df in per_seed]
-        align(a.mean(), b.mean())  # the two sides must cover the same questions
+            mean, per_seed = side_scores(side.runs, side.method, metric)
+            side.store(per_seed)
+            means.append(mean)
+        align(*means)  # the two sides must cover the same questions
         return cls(name=name, metric=metric, a=a, b=b, **kw)
 
     def rows(self) -> pd.DataFrame:
