@@ -39,3 +39,60 @@ def test_real_architectures_are_written_out():
     assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_key_value_heads"]) == (3584, 28, 4)
     with pytest.raises(SystemExit):  # argparse's one-line error, exit 2
         suite.main(["--models", "qwen9"])
+
+
+PROFILE = SUITE.with_name("rollout_profile.py")
+H200 = SUITE.parent / "results" / "2026-11-26-h200"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tiny_rollout_profile_times_every_engine(tmp_path, one_thread, capsys):
+    out = tmp_path / "profile.json"
+    res = _load(PROFILE, "rollout_profile").main(["--tiny", "--out", str(out)])
+    assert list(res["engines"]) == ["transformers.generate", "hf", "hf+lora", "hf+lora merged"]
+    for r in res["engines"].values():  # every engine decoded every row to the full length
+        assert r["tokens"] == res["rows"] * res["new_tokens"] and r["decode_steps"] == res["new_tokens"]
+        assert r["ms_per_step"] > 0
+    prof = res["profile_hf+lora"]
+    assert prof["wall_ms"] > 0 and prof["top_ops"] and all(o["calls"] > 0 for o in prof["top_ops"])
+    assert json.loads(out.read_text())["engines"].keys() == res["engines"].keys()
+    assert "| hf+lora merged |" in capsys.readouterr().out
+
+
+def test_results_gpu_tables_are_the_recorded_runs():
+    """The figures RESULTS and the README quote from the H200 run are the ones in its saved JSON files."""
+    root = SUITE.parents[2]
+    results = (root / "bench" / "RESULTS.md").read_text()
+    readme = (root / "README.md").read_text()
+    prof = json.loads((H200 / "rollout_profile.json").read_text())["engines"]
+    base = prof["transformers.generate"]["tokens_per_s"]
+    for name, label in (("transformers.generate", "transformers.generate (the peer)"), ("hf", "HFBackend, bare model")):
+        r = prof[name]
+        assert f"| {label} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / base:.2f}× |" in results
+    assert f"takes {prof['hf+lora']['ms_per_step']:.1f} ms against {prof['transformers.generate']['ms_per_step']:.1f} ms" in readme
+    for model in ("qwen2.5-0.5b", "qwen2.5-7b"):
+        for r in json.loads((H200 / f"suite-{model}.json").read_text())["rows"]:
+            row = (f"| {model} | {r['group']} | {r['rollout_tokens_per_s']:,.0f} | {r['train_tokens_per_s']:,.0f} | "
+                   f"{r['train_step_s']:.2f} | {100 * r['mfu']:.1f}% | {r['peak_memory_gib']:.1f} | "
+                   f"{r['held_plain_mib'] / 1024:.1f} → {r['held_ckpt_mib'] / 1024:.2f} | "
+                   f"{r['step_peak_plain_gib']:.1f} → {r['step_peak_ckpt_gib']:.1f} |")
+            assert row in results, row
+    steps = [json.loads(line) for line in (H200 / "device_check_train_metrics.jsonl").read_text().splitlines()]
+    assert ", ".join(f"{s['time_step_s']:.1f}" for s in steps[:4]) + f" and {steps[4]['time_step_s']:.1f} s a step" in results
+
+
+def test_device_check_script_says_how_to_run_it(tmp_path):
+    import subprocess
+
+    script = SUITE.with_name("device_check.sh")
+    helped = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and "GGUF=" in helped.stdout and "OUT=" in helped.stdout
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path)}
+    bare = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=30)
+    assert bare.returncode != 0 and "set GGUF" in bare.stderr and not list(tmp_path.iterdir())

@@ -7,7 +7,7 @@ largest group × length that fits, on random-initialised models of real architec
 
 Self-contained: needs torch, transformers, peft, accelerate and this package; no internet. The models are
 the published Qwen2.5 configurations (written out below) with random weights — throughput and memory do not
-depend on the weights — and the tokenizer is the packaged SmolLM2 one (its ids are valid in Qwen2.5's larger
+depend on the weights — and the tokenizer is the packaged SmolLM2 one (``--tokenizer``; its ids are valid in Qwen2.5's larger
 vocabulary). bf16 weights on CUDA with the training forward under bf16 autocast (``LoRAPolicy(amp="auto")``;
 LoRA weights and the log-softmax fp32), fp32 on CPU. MFU is the step's FLOPs
 (:mod:`workbench.rl.flops`) per second over the device's measured dense matmul peak (bf16 on CUDA, fp32 on
@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--no-shared-prefix", dest="shared_prefix", action="store_false",
                     help="train without shared-prompt prefill")
+    ap.add_argument("--tokenizer", default=None, help="a model directory, .gguf file or alias whose tokenizer is "
+                    "used (default: the packaged SmolLM2)")
     ap.add_argument("--tiny", action="store_true", help="the 2-layer config on CPU with small sizes (seconds)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -273,7 +275,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cuda = torch.cuda.is_available() and not args.tiny
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     peak = matmul_peak(device, dtype, 8192 if cuda else (512 if args.tiny else 2048))
-    tok = load_tokenizer()
+    tok = load_tokenizer(args.tokenizer)
     rows = [r for name in names for r in run_model(name, args, device, dtype, peak, tok)]
     where = torch.cuda.get_device_name(0) if cuda else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
     print(f"{time.strftime('%Y-%m-%d')} · {where} · torch {torch.__version__} · {dtype} · matmul peak "
