@@ -6,15 +6,20 @@ held-out questions, compared paired by question with 95% intervals. One command 
     .venv/bin/python bench/ablate.py dynasearcher_gain --compare-only       # the table from the finished runs
     .venv/bin/python bench/ablate.py --list
 
-Each arm is the recipe's RL stage (README, "the recipe") from the shipped SFT adapter with one part changed; every
-arm gets the same steps, questions per step, group size and budgets. An arm × seed is trained into
-``OUT/<ablation>/<arm>/seed<S>/train``, its adapter evaluated greedily on the world's dev and test splits into
-``.../eval``; a finished train or eval run is reused, so an interrupted ablation continues where it stopped.
-``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and load average;
-``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05; with three arms one
-per compared pair, ``OUT/<ablation>/<full>_vs_<arm>/comparison.json``) and ``comparison.md`` hold the paired table: per question the mean over seeds, the difference B − A with a bootstrap
-interval over questions, and each seed's mean beside it. Each arm is compared against the full one
-(B = the arm with every part, A = the arm without one).
+Each arm is the recipe's RL stage (README, "the recipe") from an SFT adapter with one part changed; every arm gets
+the same steps, questions per step, group size and budgets. The adapter is the shipped ``search_r1-sft`` for the
+ablations in Search-R1's protocol; for the others (R-Search's evidence, When-to-Search) the command first makes
+its protocol's cold start the recipe's way (expert traces of the 1- and 2-hop train questions, then the recipe's
+SFT stage, ~55 min on 2 cores) into ``OUT/<ablation>/cold_start/``, once, unless ``--init-adapter`` names one.
+
+An arm × seed is trained into ``OUT/<ablation>/<arm>/seed<S>/train``, its adapter evaluated greedily on the
+world's dev and test splits into ``.../eval``; a finished train or eval run is reused, so an interrupted ablation
+continues where it stopped. ``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and
+load average; ``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05; with
+three arms one per compared pair, ``OUT/<ablation>/<full>_vs_<arm>/comparison.json``) and ``comparison.md`` hold
+the paired table: per question the mean over seeds, the difference B − A with a bootstrap interval over
+questions, and each seed's mean beside it. Each arm is compared against the full one (B = the arm with every
+part, A = the arm without one).
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ RECIPE_RL = ["--encoder", "none", "--question-types", '["1hop","compositional","
              "--steps", "8", "--questions-per-step", "3", "--group-size", "8", "--max-turns", "4",
              "--max-new-tokens", "64", "--max-total-tokens", "1536", "--lr", "1e-4",
              "--micro-batching", "shared_prefix", "--threads", "2", "--save-every", "2", "--eval-limit", "0"]
+
+#: The recipe's SFT stage (README, "the recipe"; data/adapters/README.md): the cold start of an ablation whose
+#: protocol has no shipped SFT adapter.
+RECIPE_SFT = ["--trace-hops", "[1,2]", "--steps", "168", "--batch-size", "4", "--micro-batch-size", "2", "--lr", "4e-4",
+              "--eval-limit", "0", "--max-turns", "4", "--max-new-tokens", "64", "--max-total-tokens", "1536",
+              "--save-every", "21", "--seed", "0", "--threads", "2"]
 
 #: Held-out evaluation of an arm's adapter: greedy, the recipe's budgets, chat observations.
 EVAL = ["--protocol-kwargs", '{"observation_mode": "chat"}', "--max-turns", "4", "--max-new-tokens", "64",
@@ -60,8 +71,8 @@ class Ablation:
     eval_method: str = "search_r1+lora"
     #: cover-EM first (``comparison.json``), then what else the question asks (``<metric>/comparison.json``)
     metrics: tuple[str, ...] = ("cem", "n_searches", "redundant")
-    init_adapter: str | None = "data/adapters/search_r1-sft"  # None: the user's SFT adapter (--init-adapter)
-    cold_start: str = ""  # how to make that adapter
+    init_adapter: str | None = "data/adapters/search_r1-sft"  # None: made by cold_start(), or --init-adapter
+    cold_start_method: str = "search_r1"  # whose protocol the expert traces and the SFT stage use
 
     def train_args(self, arm: str, seed: int, out: Path, init_adapter: str | None = None) -> list[str]:
         loss = {**self.loss, **self.arms[arm].loss}
@@ -100,10 +111,7 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"evidence": Arm("r_ans + r_evid + r_fmt"),
               "no_evidence": Arm("r_ans + r_fmt", ["--reward-weights", '{"r_evid": 0}'])},
-        full="evidence", eval_method="rsearch_evidence+lora", init_adapter=None,
-        cold_start="workbench expert --method rsearch_evidence --split train --hops 1,2 --out runs && workbench sft "
-                   "--method rsearch_evidence --traces '[\"runs/<expert run>\"]' --trace-hops '[1,2]' (the recipe's SFT "
-                   "flags, README)"),
+        full="evidence", eval_method="rsearch_evidence+lora", init_adapter=None, cold_start_method="rsearch_evidence"),
     "when_to_search_stages": Ablation(
         question="Learning When to Search: does switching to the stage-2 reward (a correct answer pays 1 − β·RC) "
                  "cut searches without losing accuracy, against staying in stage 1?",
@@ -112,10 +120,7 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"filter_max_rounds": 1},
         arms={"stages": Arm("stage 1 then 2"),
               "stage1": Arm("stage 1 only", ["--stage-switch-searches", "1000000"])},  # the switch never fires
-        full="stages", eval_method="when_to_search+lora", init_adapter=None,
-        cold_start="workbench expert --method when_to_search --split train --hops 1,2 --out runs && workbench sft "
-                   "--method when_to_search --traces '[\"runs/<expert run>\"]' --trace-hops '[1,2]' (the recipe's SFT "
-                   "flags, README)"),
+        full="stages", eval_method="when_to_search+lora", init_adapter=None, cold_start_method="when_to_search"),
 }
 
 
@@ -163,6 +168,23 @@ def workbench() -> str:
     return str(exe) if exe.exists() else "workbench"
 
 
+def cold_start(ab: Ablation, out: Path, log: Path, dry: bool) -> str:
+    """The ablation's SFT adapter made the recipe's way under ``out/cold_start`` (expert traces, then SFT on them);
+    finished stages are reused. Returns the SFT run (a run directory ``--init-adapter`` takes)."""
+    home, m = out / "cold_start", ab.cold_start_method
+    expert = finished(home / "expert")
+    if expert is None:
+        run_logged([workbench(), "expert", "--method", m, "--split", "train", "--hops", "1,2", "--no-progress",
+                    "--out", str(home / "expert")], log, dry, arm="cold_start", seed=0, stage="expert")
+        expert = finished(home / "expert") or home / "expert" / "<expert run>"
+    sft = finished(home / "sft")
+    if sft is None:
+        run_logged([workbench(), "sft", "--method", m, "--traces", json.dumps([str(expert)]), *RECIPE_SFT,
+                    "--no-progress", "--out", str(home / "sft")], log, dry, arm="cold_start", seed=0, stage="sft")
+        sft = finished(home / "sft") or home / "sft" / "<sft run>"
+    return str(sft)
+
+
 def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, init: str | None) -> list[Path]:
     """Train (unless finished) and evaluate (each split unless finished) one arm × seed; the eval runs."""
     home = out / arm / f"seed{seed}"
@@ -185,11 +207,13 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, 
 
 
 def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]]], seeds: list[int],
-            init: str | None) -> None:
+            init: str | None, given: str | None = None) -> None:
+    """Write each arm's paired comparison against the full arm. ``init`` is the SFT adapter the arms started from
+    (provenance); ``given`` the ``--init-adapter`` the user passed, which the re-run command repeats."""
     from workbench.eval.paired import CompareError, Comparison, Side, seed_markdown
 
     cmd = f".venv/bin/python bench/ablate.py {name} --seeds {','.join(map(str, seeds))} --out {out.parent}" + \
-        (f" --init-adapter {init}" if init and init != ab.init_adapter else "")
+        (f" --init-adapter {given}" if given and given != ab.init_adapter else "")
     log = out / "log.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
     prov = {"seeds": seeds, "commits": sorted({r["commit"] for r in records}),
@@ -252,12 +276,18 @@ def main() -> None:
         raise SystemExit(f"ablate: unknown arm(s) {', '.join(bad)}; {args.ablation} has: {', '.join(ab.arms)}"
                          if bad else "ablate: --seeds names no seed; e.g. --seeds 0,1")
     init = args.init_adapter or ab.init_adapter
-    if not args.compare_only and not args.dry_run and (init is None or not Path(ROOT, init).exists()):
-        raise SystemExit(f"ablate: {args.ablation} starts every arm from an SFT adapter of its protocol"
-                         f"{'' if init is None else f'; {init} does not exist'}: make one ({ab.cold_start}) and "
-                         "pass it as --init-adapter")
+    if init is not None and not args.compare_only and not args.dry_run and not Path(ROOT, init).exists():
+        raise SystemExit(f"ablate: --init-adapter {init} does not exist; pass an SFT adapter or run directory of "
+                         f"the {ab.cold_start_method} protocol, or leave it out"
+                         + ("" if ab.init_adapter is None else f" (default: {ab.init_adapter})"))
     out = Path(args.out) / args.ablation
-    out.mkdir(parents=True, exist_ok=True)
+    if not args.dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+    if init is None and args.compare_only:  # the cold start this ablation made, for the comparison's provenance
+        made = finished(out / "cold_start" / "sft")
+        init = str(made) if made else None
+    elif init is None:
+        init = cold_start(ab, out, out / "log.jsonl", args.dry_run)
     evals: dict[str, list[list[Path]]] = {}
     for arm in arms:
         evals[arm] = []
@@ -276,7 +306,7 @@ def main() -> None:
     if ab.full not in evals or len(evals) < 2:
         print(f"ablate: a comparison needs arm {ab.full!r} and another; run the rest with --arms, then --compare-only")
         return
-    compare(args.ablation, ab, out, evals, seeds, init)
+    compare(args.ablation, ab, out, evals, seeds, init, args.init_adapter)
 
 
 if __name__ == "__main__":

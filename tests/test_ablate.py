@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -93,14 +94,53 @@ def test_dry_run_lists_train_then_eval_per_arm_and_seed(tmp_path, monkeypatch, c
     (["dspo_parts", "--arms", "dspo,grpo"], "unknown arm(s) grpo; dspo_parts has: dspo, gspo, dapo"),
     (["dspo_parts", "--seeds", "a,b"], "--seeds 'a,b' is not a comma-separated list of integers"),
     (["dspo_parts", "--seeds", ","], "--seeds names no seed"),
-    (["when_to_search_stages"], "starts every arm from an SFT adapter of its protocol: make one (workbench expert "
-                                "--method when_to_search"),
-    (["dspo_parts", "--init-adapter", "runs/nope"], "runs/nope does not exist"),
+    (["dspo_parts", "--init-adapter", "runs/nope"], "--init-adapter runs/nope does not exist; pass an SFT adapter or "
+                                                    "run directory of the search_r1 protocol, or leave it out (default: "
+                                                    "data/adapters/search_r1-sft)"),
+    (["rsearch_evidence", "--init-adapter", "runs/nope"], "of the rsearch_evidence protocol, or leave it out"),
 ])
 def test_bad_arguments_are_one_line(argv, message, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["ablate", *argv, "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
         _ablate().main()
+
+
+def test_a_protocol_without_a_shipped_adapter_makes_its_cold_start_first(tmp_path, monkeypatch, capsys):
+    ab = _ablate()
+    monkeypatch.setattr(sys, "argv", ["ablate", "when_to_search_stages", "--seeds", "0", "--dry-run", "--out",
+                                      str(tmp_path)])
+    ab.main()
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    home = tmp_path / "when_to_search_stages" / "cold_start"
+    assert " expert --method when_to_search --split train --hops 1,2 " in lines[0] and str(home / "expert") in lines[0]
+    assert " sft --method when_to_search " in lines[1] and str(home / "expert" / "<expert run>") in lines[1]
+    assert "--steps 168" in lines[1] and "--trace-hops '[1,2]'" in lines[1] and str(home / "sft") in lines[1]
+    trains = [x for x in lines[2:] if " train " in x]
+    assert len(trains) == 2 and all(f"--init-adapter {shlex.quote(str(home / 'sft' / '<sft run>'))}" in x for x in trains)
+    assert not home.exists()  # a dry run makes nothing
+
+
+def test_a_finished_cold_start_is_reused_and_a_given_adapter_skips_it(tmp_path, monkeypatch, capsys):
+    from workbench.runs import Run
+
+    ab = _ablate()
+    home = tmp_path / "rsearch_evidence" / "cold_start"
+    expert = Run.create(home / "expert", kind="expert", name="x", config={"kind": "expert"})
+    expert.mark_complete()
+    sft = Run.create(home / "sft", kind="sft", name="s", config={"kind": "sft"})
+    sft.mark_complete()
+    monkeypatch.setattr(sys, "argv", ["ablate", "rsearch_evidence", "--seeds", "0", "--dry-run", "--out", str(tmp_path)])
+    ab.main()
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    assert not any(" expert " in x or " sft " in x for x in lines)
+    assert sum(f"--init-adapter {sft.path}" in x for x in lines) == 2  # both arms start from it
+    given = tmp_path / "my-sft"
+    given.mkdir()
+    monkeypatch.setattr(sys, "argv", ["ablate", "rsearch_evidence", "--seeds", "0", "--dry-run", "--out", str(tmp_path),
+                                      "--init-adapter", str(given)])
+    ab.main()
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    assert sum(f"--init-adapter {given}" in x for x in lines) == 2
 
 
 def _arm_runs(out: Path, arm: str, seed: int, dev: dict[str, float], test: dict[str, float], searches: float,
