@@ -220,6 +220,8 @@ def compare(name: str, ab: Ablation, out: Path, evals: dict[str, list[list[Path]
             "train_seconds": {a: [r["seconds"] for r in records if r.get("arm") == a and r.get("stage") == "train"]
                               for a in ab.arms},
             "train_args": {a: ab.train_args(a, 0, Path("OUT"), init)[1:-5] for a in ab.arms},
+            "init_adapter": init,
+            "cold_start_seconds": {r["stage"]: r["seconds"] for r in records if r.get("arm") == "cold_start"},
             "load": [r["load_before"] for r in records], "machine": f"{os.cpu_count()} cores"}
     others = [a for a in ab.arms if a != ab.full and a in evals]  # the arms run so far (--arms)
     for other in others:
