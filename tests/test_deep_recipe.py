@@ -1,0 +1,83 @@
+"""``bench/deep_recipe.py``: the deep multi-hop recipe's stages as one resumable command, and its report."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _recipe():
+    spec = importlib.util.spec_from_file_location("bench_deep_recipe", BENCH / "deep_recipe.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_deep_recipe"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _commands(out: str) -> list[list[str]]:
+    return [shlex.split(line[len("would run: "):]) for line in out.splitlines() if line.startswith("would run: ")]
+
+
+def test_dry_run_is_expert_sft_train_then_three_adapters_evaluated(tmp_path, capsys):
+    from workbench import methods
+    from workbench.cli import build_parser
+    from workbench.rl.trainer import TrainConfig
+
+    _recipe().main(["--dry-run", "--out", str(tmp_path / "deep")])
+    cmds = _commands(capsys.readouterr().out)
+    assert [c[1] for c in cmds] == ["expert", "sft", "train"] + ["eval"] * 6
+    assert cmds[0][cmds[0].index("--hops") + 1] == "1,2,3,4"
+    sft = cmds[1]
+    assert sft[sft.index("--trace-hops") + 1] == "[1,2,3,4]" and sft[sft.index("--max-turns") + 1] == "6"
+    assert str(tmp_path / "deep" / "expert" / "<expert run>") in sft[sft.index("--traces") + 1]
+    args = build_parser().parse_args(cmds[2][1:])  # the RL stage is a valid train command with the recipe's room
+    cfg = methods.train_config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                                  if getattr(args, f.name) is not None})
+    assert "chain" in cfg.question_types and cfg.max_turns == 6 and cfg.max_total_tokens == 2048
+    assert cfg.init_adapter == str(tmp_path / "deep" / "sft" / "<sft run>") and cfg.reward == "dynasearcher"
+    adapters = [c[c.index("--adapter") + 1] for c in cmds[3:]]
+    assert adapters[:2] == ["data/adapters/search_r1-sft-grpo"] * 2 and adapters[4].endswith("<train run>")
+    assert all(c[c.index("--max-turns") + 1] == "6" for c in cmds[3:])  # the baseline gets the same turns
+    assert not (tmp_path / "deep").exists()
+
+
+def _eval(parent: Path, name: str, cem: list[float], searches: list[int]) -> None:
+    from workbench.runs import Run
+
+    run = Run.create(parent, kind="eval", name=name, config={"kind": "eval"})
+    hops = [1, 2, 3, 4] * (len(cem) // 4)
+    pd.DataFrame({"example_id": [f"{name.split('-')[-1]}{i}" for i in range(len(cem))], "method": "search_r1+lora",
+                  "hops": hops, "cem": cem, "n_searches": searches, "finish_reason": "answer", "format_ok": True,
+                  "answer": "x"}).to_parquet(run.path / "trajectories.parquet")
+    run.mark_complete()
+
+
+def test_report_tables_and_comparisons_from_finished_evals(tmp_path, capsys):
+    out = tmp_path / "deep"
+    for split in ("dev", "test"):
+        _eval(out / "eval", f"shipped-{split}", [1, 1, 0, 0] * 3, [2, 2, 2, 2] * 3)
+        _eval(out / "eval", f"rl-{split}", [1, 1, 1, 0] * 3, [1, 2, 3, 4] * 3)
+    _recipe().main(["--report-only", "--out", str(out)])
+    text = (out / "report.md").read_text()
+    assert "## deep SFT + RL: searches against hops" in text and "| 3 | 6 | 1.000 | 3.00 | +0.00 |" in text
+    assert "| 4 | 6 | 0.000 | 2.00 | -2.00 |" in text  # the shipped adapter's two searches on four hops
+    assert (out / "shipped_vs_rl" / "comparison.json").is_file() and not (out / "sft_vs_rl").exists()
+    assert "--out" in text and "deep_recipe.py" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--report-only"], "no finished eval under"),
+    (["--max-turns", "0", "--dry-run"], "--max-turns must be at least 1"),
+])
+def test_bad_arguments_are_one_line(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _recipe().main([*argv, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err + str(exc.value.code)  # argparse prints; a SystemExit says it
