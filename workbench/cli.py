@@ -254,13 +254,18 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  workbench expert --method search_r1 --split train --out runs/\n"
         "  workbench expert --method search_r1,dynasearcher,r1_searcher --limit 50\n"
+        "  workbench expert --method search_r1 --dataset musique_ans_train.jsonl --hops 2,3,4\n"
         "each method's trace uses its training protocol (workbench train --method M): one search per hop whose\n"
         "query the real BM25 tool answers, observations rendered by the protocol, the answer in its format.\n"
         "writes one run per method (trajectories.parquet, examples.jsonl, metrics.json with the yield per hop\n"
         "count and why questions were dropped) and prints the yield table."
     )
     p.add_argument("--method", required=True, metavar="M[,M...]", help="method(s) whose protocol the traces follow")
-    p.add_argument("--split", default="train", help="world split (default: %(default)s)")
+    p.add_argument("--dataset", default="world", help="world (default), or a MuSiQue or 2WikiMultiHopQA file in its "
+                   "published layout (a path, or a name load_dataset finds): each question searches its own paragraphs, "
+                   "one search per annotated hop (MuSiQue's decomposition, 2Wiki's evidences)")
+    p.add_argument("--split", default=None, help="world split (default: train); for a --dataset name, the split "
+                   "whose file is looked up")
     p.add_argument("--limit", type=int, default=None, help="first N questions of the split (default: all)")
     p.add_argument("--hops", default=None, metavar="H[,H...]", help="only questions with these hop counts, e.g. 1,2")
     p.add_argument("--model", default="smollm2-135m", help="whose tokenizer encodes the traces (default: %(default)s)")
@@ -280,8 +285,16 @@ def expert_command(args: argparse.Namespace) -> int:
     from workbench.rl.expert import expert_traces, format_yield
     from workbench.tools.toolbox import build_toolbox
 
-    world = load_world()
-    examples = world.split(args.split)
+    bench = str(args.dataset).lower() != "world"
+    world = None if bench else load_world()
+    if bench:
+        from workbench.data.loaders import load_dataset
+
+        examples = load_dataset(args.dataset, split=args.split)
+        if not examples:
+            raise ValueError(f"--dataset {args.dataset}: no questions")
+    else:
+        examples = world.split(args.split or "train")
     if args.hops:
         hops = {int(h) for h in args.hops.split(",") if h.strip()}
         examples = [e for e in examples if e.hops in hops]
@@ -294,18 +307,27 @@ def expert_command(args: argparse.Namespace) -> int:
             raise ValueError(f"--method {method}: no expert writer (its protocol {m.protocol.name!r} has none); "
                              f"methods with one: {', '.join(n for n, x in METHODS.items() if x.expert is not None)}")
         protocol = m.training_protocol(**(args.protocol_kwargs or {}))
-        toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
+        if bench:  # each question searches its own paragraphs
+            from workbench.data.corpora import corpus_from_contexts
+
+            def toolbox(ex, protocol=protocol):
+                passages = corpus_from_contexts([ex], fill_supporting=False)
+                return build_toolbox(protocol, passages=passages, tokenizer=tokenizer), passages
+        else:
+            toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
         res = expert_traces(examples, protocol, m.expert, toolbox, tokenizer, world, method=method,
                             max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
                             progress=not args.no_progress)
-        run = write_expert_run(res, method, protocol, out=args.out, split=args.split,
-                               config={"world": world.fingerprint(), "tokenizer": args.model, "hops": args.hops})
+        source = {"dataset": str(args.dataset)} if bench else {"world": world.fingerprint()}
+        run = write_expert_run(res, method, protocol, out=args.out, split=args.split or ("dev" if bench else "train"),
+                               config={**source, "tokenizer": args.model, "hops": args.hops})
         results[method] = res
         print(f"{method}: {len(res.trajectories)} of {len(examples)} questions have a valid trace "
               f"({res.seconds:.1f}s) -> {run.path}", flush=True)
         for d in res.dropped[:3]:
             print(f"  dropped {d['example_id']} ({d['stage']}): {d['reason'][:200]}")
-    print(f"\nyield (valid traces / questions) per hop count, {args.split} split:\n{format_yield(results)}")
+    where = args.dataset if bench else f"{args.split or 'train'} split"
+    print(f"\nyield (valid traces / questions) per hop count, {where}:\n{format_yield(results)}")
     return 0
 
 

@@ -19,7 +19,8 @@ Corpora: :func:`load_flashrag_corpus` reads FlashRAG corpus JSONL (``contents`` 
 ``{"title", "text", "supporting"}``; HotpotQA, 2Wiki, MuSiQue); ``supporting_facts``
 (``[[title, sent_idx], ...]``; HotpotQA, 2Wiki); ``level`` (HotpotQA); ``entity_ids``,
 ``answer_id`` (2Wiki, when present); ``answerable``, ``decomposition_answers``,
-``decomposition_support_idx``, ``id_hops`` (MuSiQue); ``metadata`` (FlashRAG records whose
+``decomposition_support_idx`` and ``decomposition_support_pos`` (each hop's paragraph: its ``idx`` and its place in
+``contexts``), ``id_hops`` (MuSiQue); ``metadata`` (FlashRAG records whose
 metadata is not a known layout).
 
 >>> parse_flashrag_contents('"Ed Wood"\\nEdward Davis Wood Jr. was a filmmaker.')

@@ -384,6 +384,7 @@ def musique_example(
         "contexts": contexts,
         "decomposition_answers": [str(d.get("answer", "")) for d in decomp],
         "decomposition_support_idx": hop_idx,
+        "decomposition_support_pos": [pos.get(i) for i in hop_idx],  # each hop's paragraph in ``contexts``
         "id_hops": id_hops,
     }
     if "answerable" in rec:

@@ -1,7 +1,10 @@
 """Expert traces from the world: the trajectory an expert would write for each question.
 
 Every world question carries its KG path (one ``head --relation--> tail`` per hop), the
-resolved decomposition and the supporting passage of each hop. For a protocol, the expert
+resolved decomposition and the supporting passage of each hop. So do two published layouts, over each
+question's own paragraphs (:func:`benchmark_hops`): MuSiQue (its ``question_decomposition``: a sub-question, its
+answer and its paragraph per hop) and 2WikiMultiHopQA (its ``evidences`` triples, each hop's paragraph the one
+titled by the triple's head). For a protocol, the expert
 trace is: a short reasoning text, one search per hop whose query the protocol's real search
 tool answers (the hop's supporting passage is in the top-k), the observations the protocol
 renders itself, and the final answer in the protocol's format.
@@ -39,7 +42,7 @@ from typing import Any
 from workbench.data.example import Example
 from workbench.protocols.base import ANSWER, SEARCH, Protocol
 from workbench.rewards.metrics import cover_exact_match
-from workbench.tools.base import Toolbox
+from workbench.tools.base import Passage, Toolbox
 from workbench.trajectory import Trajectory
 
 # =============================================================================== the expert's plan
@@ -68,7 +71,10 @@ class Hop:
 
     @property
     def fact(self) -> str:
-        """The hop's fact as a sentence (``"Pelme University is located in Nonwick."``)."""
+        """The hop's fact as a sentence (``"Pelme University is located in Nonwick."``; a hop known only by its
+        sub-question: ``'The answer to "Who founded X?" is Y.'``)."""
+        if not (self.head and self.relation):
+            return f'The answer to "{self.subquestion}" is {self.tail}.'
         return fact_sentence(self.head, self.relation, self.tail)
 
 
@@ -215,15 +221,81 @@ def _hops(example: Example, world: Any) -> list[Hop]:
     return hops
 
 
+_PLACEHOLDER = re.compile(r"#(\d+)")
+
+
+def _resolve(text: str, answers: Sequence[str]) -> str:
+    """MuSiQue's ``#k`` (the answer of hop k) replaced by that answer."""
+    return _PLACEHOLDER.sub(lambda m: answers[int(m.group(1)) - 1] if 0 < int(m.group(1)) <= len(answers)
+                            else m.group(0), text)
+
+
+def benchmark_hops(example: Example, passages: Sequence[Passage]) -> list[Hop]:
+    """The hops of a MuSiQue or 2WikiMultiHopQA question over its own paragraphs ``passages`` (as
+    :func:`workbench.data.corpora.corpus_from_contexts` builds them from ``example.meta["contexts"]``).
+
+    MuSiQue: one hop per ``question_decomposition`` entry; ``"A >> relation"`` gives head A and the relation,
+    a natural sub-question only itself; ``#k`` is resolved to hop k's answer; the hop's paragraph is the one its
+    ``paragraph_support_idx`` names. 2Wiki: one hop per ``evidences`` triple, its paragraph the supporting one titled by
+    the head (else the supporting one naming the tail). Raises :class:`Dropped` for anything else.
+    """
+    from workbench.data.corpora import context_passage_id
+
+    contexts = example.meta.get("contexts") or []
+    if not contexts:
+        raise Dropped("no paragraphs of its own (meta['contexts'])")
+    ids = {context_passage_id(str(c.get("title", "")), str(c.get("text", ""))) for c in contexts}
+    by_id = {p.id: p for p in passages if p.id in ids}
+
+    def hop_of(ctx: dict[str, Any], head: str, relation: str, tail: str, subq: str) -> Hop:
+        pid = context_passage_id(str(ctx.get("title", "")), str(ctx.get("text", "")))
+        if pid not in by_id:
+            raise Dropped(f"paragraph {ctx.get('title')!r} is not among the searched passages")
+        return Hop(head, relation, tail, subq, pid, str(ctx.get("title", "")), str(ctx.get("text", "")))
+
+    answers = [str(a) for a in example.meta.get("decomposition_answers") or []]
+    support = example.meta.get("decomposition_support_pos", example.meta.get("decomposition_support_idx"))
+    if example.decomposition and support is not None:  # MuSiQue
+        if not (len(example.decomposition) == len(answers) == len(support)):
+            raise Dropped(f"decomposition does not align: {len(example.decomposition)} sub-questions, "
+                          f"{len(answers)} answers, {len(support)} paragraphs")
+        hops = []
+        for q, a, idx in zip(example.decomposition, answers, support):
+            if not isinstance(idx, int) or not 0 <= idx < len(contexts):
+                raise Dropped(f"sub-question {q!r}: its paragraph_support_idx names none of the question's "
+                              f"{len(contexts)} paragraphs")
+            q = _resolve(q, answers)
+            head, sep, rel = (x.strip() for x in q.partition(">>"))
+            if sep:
+                hops.append(hop_of(contexts[idx], head, rel, a, f"the {rel} of {head}"))
+            else:
+                hops.append(hop_of(contexts[idx], "", "", a, q))
+        return hops
+    if example.kg_path:  # 2Wiki: evidences
+        hops = []
+        sup = [c for c in contexts if c.get("supporting")]
+        for step in example.kg_path:
+            head, rel, tail = str(step.get("head", "")), str(step.get("relation", "")), str(step.get("tail", ""))
+            ctx = next((c for c in sup if str(c.get("title", "")).strip().lower() == head.strip().lower()), None)
+            ctx = ctx or next((c for c in sup if tail and tail.lower() in str(c.get("text", "")).lower()), None)
+            if ctx is None:
+                raise Dropped(f"evidence ({head}, {rel}, {tail}): no supporting paragraph is titled {head!r} or "
+                              f"names {tail!r}")
+            hops.append(hop_of(ctx, head, rel, tail, f"the {rel} of {head}"))
+        return hops
+    raise Dropped("no per-hop annotation: a MuSiQue question_decomposition or 2Wiki evidences")
+
+
 def plan_expert(example: Example, protocol: Protocol, writer: ExpertWriter, toolbox: Toolbox,
-                world: Any = None) -> ExpertPlan:
+                world: Any = None, passages: Sequence[Passage] | None = None) -> ExpertPlan:
     """The expert's plan for ``example``: a query per hop that ``writer``'s probe finds with the real tool;
-    raises :class:`Dropped` (with the reason) when a hop has none."""
+    raises :class:`Dropped` (with the reason) when a hop has none. The hops come from the world's annotations,
+    or, given the question's own ``passages``, from its benchmark's (:func:`benchmark_hops`)."""
     if not example.answers:
         raise Dropped("no gold answer")
-    hops = _hops(example, world)
+    hops = benchmark_hops(example, passages) if passages is not None else _hops(example, world)
     for i, hop in enumerate(hops):
-        rel_id = example.kg_path[i].get("relation_id")
+        rel_id = example.kg_path[i].get("relation_id") if i < len(example.kg_path) else None
         rel = world.relations.get(rel_id) if world is not None and rel_id else None
         tried = []
         for name, query in query_formulations(hop, rel.aliases if rel is not None else ()):
@@ -313,10 +385,14 @@ class ExpertResult:
                 for h, es in groups.items()}
 
 
-def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: ExpertWriter, toolbox: Toolbox,
+def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: ExpertWriter,
+                  toolbox: Toolbox | Callable[[Example], tuple[Toolbox, list[Passage]]],
                   tokenizer: Any, world: Any = None, *, method: str | None = None, max_new_tokens: int = 256,
                   max_total_tokens: int = 4096, progress: bool = False) -> ExpertResult:
-    """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones."""
+    """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones.
+
+    ``toolbox``: one toolbox over the world's passages, or ``example -> (toolbox, passages)``: each question
+    searching its own paragraphs, its hops from its benchmark's annotations (:func:`benchmark_hops`)."""
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -324,12 +400,13 @@ def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: Exper
     label = method or protocol.name
     for ex in tqdm(examples, desc=f"expert {label}", disable=not progress):
         info = {"example_id": ex.id, "hops": ex.hops, "qtype": ex.qtype}
+        tb, passages = toolbox(ex) if callable(toolbox) and not isinstance(toolbox, Toolbox) else (toolbox, None)
         try:
-            plan = plan_expert(ex, protocol, writer, toolbox, world)
+            plan = plan_expert(ex, protocol, writer, tb, world, passages)
         except Dropped as e:
             out.dropped.append({**info, "stage": "plan", "reason": str(e)})
             continue
-        traj = run_expert(plan, protocol, toolbox, tokenizer, max_new_tokens, max_total_tokens, meta={"method": label})
+        traj = run_expert(plan, protocol, tb, tokenizer, max_new_tokens, max_total_tokens, meta={"method": label})
         problems = check_trace(traj, plan, protocol)
         if problems:
             out.dropped.append({**info, "stage": "check", "reason": "; ".join(problems)})
