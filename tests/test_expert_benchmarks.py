@@ -82,3 +82,18 @@ def test_the_shared_samples_give_a_trace_per_annotated_question(shared, tmp_path
         out = capsys.readouterr().out
         assert f"{want} questions have a valid trace" in out, out
     assert "no per-hop annotation" in out
+
+
+def test_sft_trains_on_benchmark_traces_beside_the_world(tmp_path, capsys, one_thread):
+    assert main(["expert", "--method", "search_r1", "--dataset", str(_musique(tmp_path, _MUSIQUE)), "--no-progress",
+                 "--out", str(tmp_path / "expert")]) == 0
+    (traces,) = (tmp_path / "expert").iterdir()
+    sft = ["sft", "--method", "search_r1", "--traces", json.dumps([str(traces)]), "--steps", "1", "--batch-size", "1",
+           "--micro-batch-size", "1", "--eval-limit", "0", "--max-turns", "4", "--max-new-tokens", "64",
+           "--save-every", "1", "--no-progress", "--out", str(tmp_path / "sft")]
+    assert main([*sft, "--rejection-questions", "4"]) == 2  # rejection samples are the world's: refused in one line
+    assert "traces of musique questions are given too" in capsys.readouterr().err
+    assert main(sft) == 0
+    (run,) = (tmp_path / "sft").iterdir()
+    pool = json.loads((run / "config.json").read_text())["sft_pool"]
+    assert pool["n"] == 1 and pool["by_source"] == {"expert": 1} and pool["by_hops"] == {"3": 1}

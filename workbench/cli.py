@@ -391,7 +391,7 @@ def sft_command(args: argparse.Namespace) -> int:
     import dataclasses
 
     from workbench import methods
-    from workbench.rl.sft import SFTConfig
+    from workbench.rl.sft import SFTConfig, benchmark_examples
     from workbench.threads import apply_threads
 
     apply_threads(args.threads)  # --threads comes with the train flags
@@ -401,7 +401,17 @@ def sft_command(args: argparse.Namespace) -> int:
     else:
         cfg = (methods.train_config_file(args.config, SFTConfig, **given) if args.config
                else methods.train_config(config_class=SFTConfig, **given))
-        trainer = methods.trainer(cfg, run=args.out, progress=not args.no_progress)
+        kw = {}
+        extra = benchmark_examples(cfg.traces)  # traces of a benchmark file's questions: train on those too
+        if extra:
+            if cfg.rejection_questions:
+                raise ValueError(f"--rejection-questions {cfg.rejection_questions}: rejection sampling draws the "
+                                 f"world's questions, and traces of {extra[0].dataset} questions are given too; pass "
+                                 "--rejection-questions 0, or make the rejection samples in a run of their own")
+            from workbench.data.world import load_world
+
+            kw["examples"] = load_world().split(cfg.split) + extra
+        trainer = methods.trainer(cfg, run=args.out, progress=not args.no_progress, **kw)
     cfg = trainer.config
     print(f"SFT of {cfg.model} on {cfg.protocol}: {cfg.steps} steps of {cfg.batch_size} trajectories "
           f"-> {trainer.run.path}", flush=True)

@@ -102,6 +102,20 @@ def read_traces(source: str | os.PathLike) -> tuple[list[Trajectory], list[Examp
     return run.trajectories(), (run.examples() if run.exists("examples.jsonl") else [])
 
 
+def benchmark_examples(traces: Sequence[str | os.PathLike]) -> list[Example]:
+    """The questions of ``traces`` that are not the world's (``workbench expert --dataset FILE`` runs), in order:
+    SFT takes them as training questions beside the world's split."""
+    out: dict[str, Example] = {}
+    for src in traces:
+        p = Path(src)
+        if not (p / "examples.jsonl").is_file():
+            continue  # a Parquet file, or a bad path read_traces names later
+        for e in open_run(p).examples():
+            if e.dataset != "world":
+                out.setdefault(e.id, e)
+    return list(out.values())
+
+
 def is_correct(traj: Trajectory, golds: Sequence[str]) -> bool:
     """What SFT imitates: a well-formed trajectory whose answer covers a gold answer."""
     return bool(traj.flags.get("format_ok")) and cover_exact_match(traj.answer, list(golds)) == 1.0
