@@ -319,7 +319,7 @@ def expert_command(args: argparse.Namespace) -> int:
                             max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
                             progress=not args.no_progress)
         source = {"dataset": str(args.dataset)} if bench else {"world": world.fingerprint()}
-        run = write_expert_run(res, method, protocol, out=args.out, split=args.split or ("dev" if bench else "train"),
+        run = write_expert_run(res, method, protocol, out=args.out, split=args.split or ((examples[0].split if examples else "dev") if bench else "train"),
                                config={**source, "tokenizer": args.model, "hops": args.hops})
         results[method] = res
         print(f"{method}: {len(res.trajectories)} of {len(examples)} questions have a valid trace "
