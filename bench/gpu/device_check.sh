@@ -3,13 +3,18 @@
 #
 #   GGUF=/path/SmolLM2-135M-Instruct.Q4_1.gguf OUT=/tmp/gpucheck bash bench/gpu/device_check.sh
 #
+# 0. `bench/gpu/rollout_profile.py`: the decode step of the HF engine (bare, with LoRA, merged) against
+#    transformers' generate, and a profile of where it goes;
 # 1. `workbench eval` of the shipped RL adapter on the world's 89 test questions (greedy, bf16 on CUDA);
 # 2. the recipe's RL stage (README, 8 steps from the shipped SFT adapter) on CUDA, then the same eval of its
 #    adapter;
 # 3. `bench/gpu/suite.py` on random-initialised Qwen2.5 0.5B and 7B (rollout and training tokens/s, MFU, peak
 #    memory, gradient checkpointing's saving, the largest group × length that fits).
 # Each stage has its own time limit, so a slow one leaves the others' results. Everything lands in $OUT:
-# log.txt (all output), eval.tgz / train.tgz (the runs without checkpoints), suite-*.json. Needs torch with
+# log.txt (all output), rollout_profile.json, eval.tgz / train.tgz (the runs without checkpoints), suite-*.json.
+# The limits (PROFILE_LIMIT, EVAL_LIMIT, TRAIN_LIMIT, EVAL2_LIMIT, SUITE_LIMIT seconds) add up to about 17 min;
+# lower them to fit a shorter lease. On 2026-11-26 an H200 ran 5 of the 8 RL steps in 170 s and did not finish the
+# eval in 100 s (bench/RESULTS.md, "First run on a GPU"). Needs torch with
 # CUDA, transformers, peft, accelerate and this package's other imports (bm25s, duckdb, rapidfuzz, tenacity,
 # gguf); nothing is downloaded (HF_HUB_OFFLINE=1).
 set -u
@@ -39,16 +44,19 @@ $PY -c "import torch, transformers, peft; print('torch', torch.__version__, 'cud
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')"
 git log -1 --format='commit %h %s' 2>/dev/null || true
 
+stage "rollout profile: SmolLM2-135M's decode step, 24 rows"
+timed ${PROFILE_LIMIT:-120} profile $PY bench/gpu/rollout_profile.py --model-dir "$GGUF" --out "$OUT/rollout_profile.json"
+
 RECIPE=(--max-turns 4 --max-new-tokens 64 --no-progress)
 EVAL=(eval --model "$GGUF" --device "$DEVICE" --method search_r1+lora --split test $LIMIT
       --protocol-kwargs '{"observation_mode": "chat"}' "${RECIPE[@]}")
 
 stage "eval: shipped adapter data/adapters/search_r1-sft-grpo, 89 test questions, CUDA"
-timed ${EVAL_LIMIT:-100} eval-shipped $PY -m workbench.cli "${EVAL[@]}" --adapter data/adapters/search_r1-sft-grpo \
+timed ${EVAL_LIMIT:-240} eval-shipped $PY -m workbench.cli "${EVAL[@]}" --adapter data/adapters/search_r1-sft-grpo \
   --out "$WORK/eval" --name gpu-shipped
 
 stage "train: the recipe's RL stage (8 steps) from data/adapters/search_r1-sft, CUDA"
-timed ${TRAIN_LIMIT:-170} train $PY -m workbench.cli train --model "$GGUF" --device "$DEVICE" --method search_r1 \
+timed ${TRAIN_LIMIT:-240} train $PY -m workbench.cli train --model "$GGUF" --device "$DEVICE" --method search_r1 \
   --reward dynasearcher --encoder none --init-adapter data/adapters/search_r1-sft \
   --question-types '["1hop","compositional","comparison","inference"]' --temperature 0.7 --steps "$STEPS" \
   --questions-per-step 3 --group-size 8 --max-total-tokens 1536 --lr 1e-4 \
@@ -57,7 +65,7 @@ timed ${TRAIN_LIMIT:-170} train $PY -m workbench.cli train --model "$GGUF" --dev
 RUN=$(ls -d "$WORK"/train/*/ 2>/dev/null | head -1)
 if [ -n "$RUN" ]; then
   stage "eval: the adapter trained on CUDA, 89 test questions"
-  timed ${EVAL2_LIMIT:-80} eval-trained $PY -m workbench.cli "${EVAL[@]}" --adapter "${RUN%/}" \
+  timed ${EVAL2_LIMIT:-240} eval-trained $PY -m workbench.cli "${EVAL[@]}" --adapter "${RUN%/}" \
     --out "$WORK/eval" --name gpu-trained
 fi
 
