@@ -5,18 +5,19 @@
 #
 # 0. `bench/gpu/rollout_profile.py`: the decode step of the HF engine (bare, with LoRA, merged) against
 #    transformers' generate, and a profile of where it goes;
-# 1. `workbench eval` of the shipped RL adapter on the world's 89 test questions (greedy, bf16 on CUDA);
+# 1. `workbench eval` of the shipped RL adapter on the world's 89 test questions (greedy, bf16 on CUDA), then
+#    24 of them under cProfile (eval_profile.txt: the engine loop's Python time by function);
 # 2. the recipe's RL stage (README, 8 steps from the shipped SFT adapter) on CUDA, then the same eval of its
 #    adapter;
 # 3. `bench/gpu/suite.py` on random-initialised Qwen2.5 0.5B and 7B (rollout and training tokens/s, MFU, peak
 #    memory, gradient checkpointing's saving, the largest group × length that fits).
-# Each stage has its own time limit, so a slow one leaves the others' results. Everything lands in $OUT:
-# log.txt (all output), rollout_profile.json, eval.tgz / train.tgz (the runs without checkpoints), suite-*.json.
-# The limits (PROFILE_LIMIT, EVAL_LIMIT, TRAIN_LIMIT, EVAL2_LIMIT, SUITE_LIMIT seconds) add up to about 17 min;
-# lower them to fit a shorter lease. On 2026-11-26 an H200 ran 5 of the 8 RL steps in 170 s and did not finish the
-# eval in 100 s (bench/RESULTS.md, "First run on a GPU"). Needs torch with
-# CUDA, transformers, peft, accelerate and this package's other imports (bm25s, duckdb, rapidfuzz, tenacity,
-# gguf); nothing is downloaded (HF_HUB_OFFLINE=1).
+# Each stage has its own time limit, so a slow one leaves the others' results. Everything lands in $OUT: log.txt
+# (all output), rollout_profile.json, eval_profile.txt, eval.tgz / train.tgz (the runs without checkpoints),
+# suite-*.json. The limits (PROFILE_LIMIT, EVAL_LIMIT, PROFILE_EVAL_LIMIT, TRAIN_LIMIT, EVAL2_LIMIT, SUITE_LIMIT,
+# in seconds) add up to about 19 min; lower them to fit a shorter lease. On 2026-11-26 an H200 ran 5 of the 8 RL
+# steps in 170 s and did not finish the eval in 100 s (bench/RESULTS.md, "First run on a GPU"). Needs torch with
+# CUDA, transformers, peft, accelerate and this package's other imports (bm25s, duckdb, rapidfuzz, tenacity, gguf);
+# nothing is downloaded (HF_HUB_OFFLINE=1).
 set -u
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 : "${GGUF:?set GGUF to the SmolLM2-135M-Instruct GGUF file}"
@@ -54,6 +55,13 @@ EVAL=(eval --model "$GGUF" --device "$DEVICE" --method search_r1+lora --split te
 stage "eval: shipped adapter data/adapters/search_r1-sft-grpo, 89 test questions, CUDA"
 timed ${EVAL_LIMIT:-240} eval-shipped $PY -m workbench.cli "${EVAL[@]}" --adapter data/adapters/search_r1-sft-grpo \
   --out "$WORK/eval" --name gpu-shipped
+
+stage "eval under cProfile: 24 test questions (where the engine's multi-turn loop spends its time)"
+timed ${PROFILE_EVAL_LIMIT:-150} eval-profiled $PY -m cProfile -o "$WORK/eval.prof" -m workbench.cli "${EVAL[@]}" \
+  --limit 24 --adapter data/adapters/search_r1-sft-grpo --out "$WORK/eval" --name gpu-profiled
+[ -f "$WORK/eval.prof" ] && $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=open(sys.argv[2], 'w'));
+s.sort_stats('tottime').print_stats(30); s.sort_stats('cumulative').print_stats(40)" "$WORK/eval.prof" \
+  "$OUT/eval_profile.txt"
 
 stage "train: the recipe's RL stage (8 steps) from data/adapters/search_r1-sft, CUDA"
 timed ${TRAIN_LIMIT:-240} train $PY -m workbench.cli train --model "$GGUF" --device "$DEVICE" --method search_r1 \
