@@ -305,3 +305,18 @@ def test_the_shipped_ablation_figures_are_what_readme_and_results_quote():
     assert diff("redundant") in results
     c = paired.Comparison.load(root / "data" / "results" / "dynasearcher_gain" / "comparison.json")
     assert len(c.a.seeds) == len(c.b.seeds) == 2 and sum(len(s) for s in c.b.seeds) == 2 * 180
+
+
+def test_the_shipped_dspo_figures_are_what_readme_and_results_quote():
+    """DSPO's ablation: the paired differences RESULTS' table and the README quote, recomputed from the shipped
+    comparison files (GSPO: two seeds a side; DAPO: one)."""
+    root = BENCH.parent
+    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    for other, seeds in (("gspo", 2), ("dapo", 1)):
+        c = paired.Comparison.load(root / "data" / "results" / "dspo_parts" / f"dspo_vs_{other}" / "comparison.json")
+        assert len(c.a.seeds) == len(c.b.seeds) == seeds and c.b.label == "DSPO"
+        rows = c.rows().set_index("hops")
+        cells = [f"{rows.loc[h, 'diff']:+.3f} [{rows.loc[h, 'diff_lo']:+.2f}, {rows.loc[h, 'diff_hi']:+.2f}]".replace("-", "−")
+                 for h in ("all", "1", "2")]
+        assert " | ".join(cells) in results, (other, cells)
+        assert cells[0] in readme
