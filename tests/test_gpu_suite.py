@@ -42,7 +42,7 @@ def test_real_architectures_are_written_out():
 
 
 PROFILE = SUITE.with_name("rollout_profile.py")
-H200 = SUITE.parent / "results" / "2026-11-26-h200"
+H200 = SUITE.parent / "results" / "h200-first"
 
 
 def _load(path: Path, name: str):
