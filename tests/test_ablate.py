@@ -77,12 +77,15 @@ def test_every_arm_is_a_valid_train_command_differing_only_in_its_part(name, tmp
         assert all(c.loss_overrides["num_mini_batches"] == 4 for c in configs.values())
 
 
+def _dry_run(monkeypatch, capsys, *argv: str) -> list[str]:
+    """The commands ``bench/ablate.py ARGV --dry-run`` prints, one line each."""
+    monkeypatch.setattr(sys, "argv", ["ablate", *argv, "--dry-run"])
+    _ablate().main()
+    return [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+
+
 def test_dry_run_lists_train_then_eval_per_arm_and_seed(tmp_path, monkeypatch, capsys):
-    ab = _ablate()
-    monkeypatch.setattr(sys, "argv", ["ablate", "dynasearcher_gain", "--seeds", "0,5", "--dry-run", "--out",
-                                      str(tmp_path)])
-    ab.main()
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    lines = _dry_run(monkeypatch, capsys, "dynasearcher_gain", "--seeds", "0,5", "--out", str(tmp_path))
     assert len(lines) == 2 * 2 * 3  # arms x seeds x (train, eval dev, eval test)
     assert sum(" train " in x and "--seed 5" in x for x in lines) == 2
     assert sum("--split test" in x and "acc_only-s5-test" in x for x in lines) == 1
@@ -106,11 +109,7 @@ def test_bad_arguments_are_one_line(argv, message, tmp_path, monkeypatch):
 
 
 def test_a_protocol_without_a_shipped_adapter_makes_its_cold_start_first(tmp_path, monkeypatch, capsys):
-    ab = _ablate()
-    monkeypatch.setattr(sys, "argv", ["ablate", "when_to_search_stages", "--seeds", "0", "--dry-run", "--out",
-                                      str(tmp_path)])
-    ab.main()
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    lines = _dry_run(monkeypatch, capsys, "when_to_search_stages", "--seeds", "0", "--out", str(tmp_path))
     home = tmp_path / "when_to_search_stages" / "cold_start"
     assert " expert --method when_to_search --split train --hops 1,2 " in lines[0] and str(home / "expert") in lines[0]
     assert " sft --method when_to_search " in lines[1] and str(home / "expert" / "<expert run>") in lines[1]
@@ -123,23 +122,18 @@ def test_a_protocol_without_a_shipped_adapter_makes_its_cold_start_first(tmp_pat
 def test_a_finished_cold_start_is_reused_and_a_given_adapter_skips_it(tmp_path, monkeypatch, capsys):
     from workbench.runs import Run
 
-    ab = _ablate()
     home = tmp_path / "rsearch_evidence" / "cold_start"
     expert = Run.create(home / "expert", kind="expert", name="x", config={"kind": "expert"})
     expert.mark_complete()
     sft = Run.create(home / "sft", kind="sft", name="s", config={"kind": "sft"})
     sft.mark_complete()
-    monkeypatch.setattr(sys, "argv", ["ablate", "rsearch_evidence", "--seeds", "0", "--dry-run", "--out", str(tmp_path)])
-    ab.main()
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    lines = _dry_run(monkeypatch, capsys, "rsearch_evidence", "--seeds", "0", "--out", str(tmp_path))
     assert not any(" expert " in x or " sft " in x for x in lines)
     assert sum(f"--init-adapter {sft.path}" in x for x in lines) == 2  # both arms start from it
     given = tmp_path / "my-sft"
     given.mkdir()
-    monkeypatch.setattr(sys, "argv", ["ablate", "rsearch_evidence", "--seeds", "0", "--dry-run", "--out", str(tmp_path),
-                                      "--init-adapter", str(given)])
-    ab.main()
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("would run:")]
+    lines = _dry_run(monkeypatch, capsys, "rsearch_evidence", "--seeds", "0", "--out", str(tmp_path),
+                     "--init-adapter", str(given))
     assert sum(f"--init-adapter {given}" in x for x in lines) == 2
 
 

@@ -400,7 +400,7 @@ def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: Exper
     label = method or protocol.name
     for ex in tqdm(examples, desc=f"expert {label}", disable=not progress):
         info = {"example_id": ex.id, "hops": ex.hops, "qtype": ex.qtype}
-        tb, passages = toolbox(ex) if callable(toolbox) and not isinstance(toolbox, Toolbox) else (toolbox, None)
+        tb, passages = toolbox(ex) if callable(toolbox) else (toolbox, None)
         try:
             plan = plan_expert(ex, protocol, writer, tb, world, passages)
         except Dropped as e:
