@@ -45,7 +45,7 @@ def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
     budgets = ["--max-turns", str(args.max_turns), "--max-new-tokens", "64", "--max-total-tokens",
                str(args.max_total_tokens)]
     return {
-        "expert": ["--method", "search_r1", "--split", "train", "--hops", "1,2,3,4"],
+        "expert": ["--method", "search_r1", "--split", "train", "--hops", "1,2,3,4", *(["--outline"] if args.outline else [])],
         "sft": ["--method", "search_r1", "--trace-hops", "[1,2,3,4]", "--steps", str(args.sft_steps), "--batch-size", "4",
                 "--micro-batch-size", "2", "--lr", "4e-4", "--eval-limit", "0", *budgets, "--save-every", "30",
                 "--seed", str(args.seed), "--threads", "2"],
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-turns", type=int, default=6, help="policy turns, every stage and eval (4 hops need 5)")
     ap.add_argument("--max-total-tokens", type=int, default=2048, help="tokens a trajectory may hold in training "
                     "(the longest 4-hop expert trace has 1,591)")
+    ap.add_argument("--outline", action="store_true", help="expert traces that write the plan out and count the "
+                    "steps (workbench expert --outline); use another --out")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="the tables from the finished runs, train nothing")
     args = ap.parse_args(argv)
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     flags = stage_args(args)
     command = ".venv/bin/python bench/deep_recipe.py" + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("dry_run", "report_only") and v != ap.get_default(k))
+        if k not in ("dry_run", "report_only", "outline") and v != ap.get_default(k)) + (" --outline" if args.outline else "")
     if args.report_only:
         evals = {}
         for key in LABELS:

@@ -46,7 +46,9 @@ def test_dry_run_is_expert_sft_train_then_three_adapters_evaluated(tmp_path, cap
     adapters = [c[c.index("--adapter") + 1] for c in cmds[3:]]
     assert adapters[:2] == ["data/adapters/search_r1-sft-grpo"] * 2 and adapters[4].endswith("<train run>")
     assert all(c[c.index("--max-turns") + 1] == "6" for c in cmds[3:])  # the baseline gets the same turns
-    assert not (tmp_path / "deep").exists()
+    assert not (tmp_path / "deep").exists() and "--outline" not in cmds[0]
+    _recipe().main(["--dry-run", "--outline", "--out", str(tmp_path / "deep")])
+    assert "--outline" in _commands(capsys.readouterr().out)[0]
 
 
 def _eval(parent: Path, name: str, cem: list[float], searches: list[int]) -> None:

@@ -145,3 +145,28 @@ def test_cli_expert(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "yield" in out and "r1_searcher" in out
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_outline_writes_the_plan_and_counts_the_steps(world, tokenizer, questions):
+    """``outline``: the first think names how many searches and which relations, each search says which step of
+    how many it is, the conclusion that the last is done; the traces stay valid. Without it: none of that."""
+    protocol = expert_protocol("search_r1")
+    toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
+    plain = expert_traces(questions, protocol, writer("search_r1"), toolbox, tokenizer, world)
+    counted = expert_traces(questions, protocol, writer("search_r1"), toolbox, tokenizer, world, outline=True)
+    assert counted.dropped == [] and len(counted.trajectories) == len(questions)
+    by_id = {e.id: e for e in questions}
+    for t in counted.trajectories:
+        n = by_id[t.example_id].hops
+        policy = [turn.text for turn in t.turns if turn.kind == POLICY]
+        assert len(policy) == n + 1
+        assert f"This question takes {n} search" in policy[0] and f"Step 1 of {n}:" in policy[0]
+        assert all(f"Step {k + 1} of {n}: Next" not in p for k, p in enumerate(policy))  # "I need", not "Next I need"
+        assert all(f"Step {k + 1} of {n}:" in policy[k] for k in range(n))
+        last = "That was the only step" if n == 1 else f"That was step {n} of {n}"
+        assert f"{last}, so the answer is" in policy[-1]
+    deep = next(t for t in counted.trajectories if by_id[t.example_id].hops >= 3)
+    rels = [h["relation"] for h in by_id[deep.example_id].kg_path]
+    assert ", then ".join(rels) in deep.turns[[k.kind for k in deep.turns].index(POLICY)].text
+    assert all("Step" not in turn.text and "This question takes" not in turn.text
+               for t in plain.trajectories for turn in t.turns if turn.kind == POLICY)

@@ -273,6 +273,8 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
                    help="protocol arguments over the method's training ones, e.g. '{\"observation_mode\": \"inline\"}'")
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens per expert turn at most (default: %(default)s)")
     p.add_argument("--max-total-tokens", type=int, default=4096, help="tokens per trajectory at most (default: %(default)s)")
+    p.add_argument("--outline", action="store_true", help="the expert writes its plan out first (how many searches, "
+                   "which relations) and 'Step k of n' before each search, so that a policy can count on deep questions")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directories are created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -317,10 +319,10 @@ def expert_command(args: argparse.Namespace) -> int:
             toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
         res = expert_traces(examples, protocol, m.expert, toolbox, tokenizer, world, method=method,
                             max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, outline=args.outline)
         source = {"dataset": str(args.dataset)} if bench else {"world": world.fingerprint()}
         run = write_expert_run(res, method, protocol, out=args.out, split=args.split or ((examples[0].split if examples else "dev") if bench else "train"),
-                               config={**source, "tokenizer": args.model, "hops": args.hops})
+                               config={**source, "tokenizer": args.model, "hops": args.hops, "outline": args.outline})
         results[method] = res
         print(f"{method}: {len(res.trajectories)} of {len(examples)} questions have a valid trace "
               f"({res.seconds:.1f}s) -> {run.path}", flush=True)

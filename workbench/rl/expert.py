@@ -86,6 +86,9 @@ class ExpertPlan:
     hops: list[Hop]
     answer: str
     writer: ExpertWriter
+    outline: bool = False
+    """Write the plan out (:func:`steps`): how many searches and which relations first, then ``Step k of n`` before
+    each search, so that a small policy can count where it is on a deep question."""
 
     def to_meta(self) -> dict[str, Any]:
         return {"answer": self.answer,
@@ -189,14 +192,29 @@ def need(hop: Hop, first: bool = True) -> str:
     return f"{'I' if first else 'Next I'} need to find: {hop.subquestion}"
 
 
+def outline(plan: ExpertPlan) -> str:
+    """``"This question takes 3 searches: father, then father, then place of birth."`` (the relations left out where
+    a hop has none, as a benchmark's sub-question hop)."""
+    n, rels = len(plan.hops), [h.relation for h in plan.hops]
+    what = ": " + ", then ".join(rels) if all(rels) else ""
+    return f"This question takes {n} search{'es' if n > 1 else ''}{what}."
+
+
 def steps(plan: ExpertPlan) -> list[str]:
-    """Reasoning before each search: what to find, after the previous hop's fact."""
-    return [need(h) if i == 0 else f"{plan.hops[i - 1].fact} {need(h, False)}" for i, h in enumerate(plan.hops)]
+    """Reasoning before each search: what to find, after the previous hop's fact (with ``plan.outline``: the plan
+    first, and which step of how many each search is)."""
+    if not plan.outline:
+        return [need(h) if i == 0 else f"{plan.hops[i - 1].fact} {need(h, False)}" for i, h in enumerate(plan.hops)]
+    n = len(plan.hops)
+    return [f"{outline(plan)} Step 1 of {n}: {need(h)}" if i == 0
+            else f"{plan.hops[i - 1].fact} Step {i + 1} of {n}: {need(h)}" for i, h in enumerate(plan.hops)]
 
 
 def conclusion(plan: ExpertPlan) -> str:
-    """The last hop's fact and the answer."""
-    return f"{plan.hops[-1].fact} So the answer is {plan.answer}."
+    """The last hop's fact and the answer (with ``plan.outline``: that it was the last step)."""
+    n = len(plan.hops)
+    done = ("That was the only step" if n == 1 else f"That was step {n} of {n}") + ", so" if plan.outline else "So"
+    return f"{plan.hops[-1].fact} {done} the answer is {plan.answer}."
 
 
 # =============================================================================== plan, run, check
@@ -388,8 +406,9 @@ class ExpertResult:
 def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: ExpertWriter,
                   toolbox: Toolbox | Callable[[Example], tuple[Toolbox, list[Passage]]],
                   tokenizer: Any, world: Any = None, *, method: str | None = None, max_new_tokens: int = 256,
-                  max_total_tokens: int = 4096, progress: bool = False) -> ExpertResult:
-    """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones.
+                  max_total_tokens: int = 4096, progress: bool = False, outline: bool = False) -> ExpertResult:
+    """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones
+    (``outline``: the traces write the plan out first and count the steps, :attr:`ExpertPlan.outline`).
 
     ``toolbox``: one toolbox over the world's passages, or ``example -> (toolbox, passages)``: each question
     searching its own paragraphs, its hops from its benchmark's annotations (:func:`benchmark_hops`)."""
@@ -406,6 +425,7 @@ def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: Exper
         except Dropped as e:
             out.dropped.append({**info, "stage": "plan", "reason": str(e)})
             continue
+        plan.outline = outline
         traj = run_expert(plan, protocol, tb, tokenizer, max_new_tokens, max_total_tokens, meta={"method": label})
         problems = check_trace(traj, plan, protocol)
         if problems:
