@@ -99,6 +99,9 @@ def report(out: Path, evals: dict[str, list[Path]], command: str) -> str:
 
     from workbench.eval.paired import CompareError, Comparison, Side
 
+    def rel(r: Path) -> str:  # the checkout's runs as relative paths: the report and comparisons can ship
+        return str(r.relative_to(ROOT)) if Path(r).is_relative_to(ROOT) else str(r)
+
     parts = [f"# The deep multi-hop recipe\n\nRe-run: `{command}`\n"]
     for key, runs in evals.items():
         t = search_depth.table(search_depth.load([str(r) for r in runs], "search_r1+lora"))
@@ -115,8 +118,10 @@ def report(out: Path, evals: dict[str, list[Path]], command: str) -> str:
         except CompareError as e:
             parts.append(f"## {LABELS[a]} vs {LABELS[b]}\n\nnot compared: {e}\n")
             continue
+        for side in (c.a, c.b):
+            side.runs = [[rel(Path(r)) for r in seed] for seed in side.runs]
         path = c.save(out / f"{a}_vs_{b}" / "comparison.json")
-        parts.append(f"## {c.name} (cover-EM, paired by question; `{path}`)\n\n{c.markdown()}\n")
+        parts.append(f"## {c.name} (cover-EM, paired by question; `{rel(path)}`)\n\n{c.markdown()}\n")
     text = "\n".join(parts)
     (out / "report.md").write_text(text)
     return text

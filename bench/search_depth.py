@@ -7,7 +7,9 @@ that is from the hop count, and what share searched exactly / at least as often 
 The deep multi-hop goal (issue 31) reads off this table: cover-EM per hop level, and searches per question within
 ±0.3 of the hop count on each level (the ``gap`` column). Each run's ``trajectories.parquet`` must have the
 ``hops``, ``n_searches``, ``cem`` and ``finish_reason`` columns an eval run writes; a run without them is named
-and skipped.
+and skipped. Where the run's ``examples.jsonl`` holds each question's KG path (the world's questions do), the
+``short`` column is the share of answers that name an entity from the middle of the chain (a hop's tail before the
+last, cover-matched): the policy stopped early and answered what it had found so far.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def load(paths: list[str], method: str | None = None):
             continue
         if method:
             d = d[d["method"] == method]
-        frames.append(d.assign(run=str(run)))
+        frames.append(d.assign(run=str(run), short=_short(run, d)))
     if not frames:
         raise SystemExit("search_depth: no eval run with hops, n_searches, cem and finish_reason among "
                          f"{', '.join(paths)}" + (f" (skipped: {'; '.join(skipped)})" if skipped else "")
@@ -44,6 +46,29 @@ def load(paths: list[str], method: str | None = None):
     for s in skipped:
         print(f"search_depth: skipped {s}", file=sys.stderr)
     return pd.concat(frames, ignore_index=True)
+
+
+def _short(run: Path, d):
+    """Per answer: 1.0 where it cover-matches a tail of its question's KG path before the last hop, else 0.0; NaN
+    where the run's ``examples.jsonl`` or the answers are missing, or the question has one hop."""
+    import pandas as pd
+
+    from workbench.rewards.metrics import cover_exact_match
+
+    try:
+        answers = pd.read_parquet(run / "trajectories.parquet", columns=["answer"])["answer"].loc[d.index]
+        paths = {}
+        with open(run / "examples.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                ex = json.loads(line)
+                paths[ex["id"]] = [str(step.get("tail", "")) for step in ex.get("kg_path") or []][:-1]
+    except (OSError, ValueError, KeyError, TypeError):
+        return float("nan")
+    out = []
+    for qid, answer in zip(d["example_id"], answers):
+        mids = [t for t in paths.get(qid, []) if t]
+        out.append(float(any(cover_exact_match(answer or "", [t]) == 1.0 for t in mids)) if mids else float("nan"))
+    return out
 
 
 def table(df):
@@ -54,18 +79,20 @@ def table(df):
     d = d.assign(cem_enough=d.cem.where(d.enough))
     t = d.groupby("hops").agg(answers=("cem", "size"), cover_em=("cem", "mean"), searches=("n_searches", "mean"),
                               exact=("exact", "mean"), enough=("enough", "mean"), cem_enough=("cem_enough", "mean"),
-                              cut=("cut", "mean"))
+                              cut=("cut", "mean"), short=("short", "mean"))
     t.insert(3, "gap", t["searches"] - t.index.to_series())
     return t
 
 
 def markdown(t) -> str:
-    head = "| hops | answers | cover-EM | searches | gap | exact | enough | cover-EM when enough | cut at the turn limit |"
-    lines = [head, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    head = ("| hops | answers | cover-EM | searches | gap | exact | enough | cover-EM when enough | cut at the turn limit "
+            "| answered mid-chain |")
+    lines = [head, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for h, r in t.iterrows():
         ce = "–" if r.cem_enough != r.cem_enough else f"{r.cem_enough:.3f}"
+        short = "–" if r.short != r.short else f"{r.short:.2f}"
         lines.append(f"| {h} | {int(r.answers)} | {r.cover_em:.3f} | {r.searches:.2f} | {r.gap:+.2f} | {r.exact:.2f} | "
-                     f"{r.enough:.2f} | {ce} | {r.cut:.2f} |")
+                     f"{r.enough:.2f} | {ce} | {r.cut:.2f} | {short} |")
     return "\n".join(lines)
 
 

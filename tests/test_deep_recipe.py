@@ -83,3 +83,40 @@ def test_bad_arguments_are_one_line(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         _recipe().main([*argv, "--out", str(tmp_path)])
     assert message in capsys.readouterr().err + str(exc.value.code)  # argparse prints; a SystemExit says it
+
+
+def test_the_shipped_deep_recipe_figures_are_what_readme_and_results_quote():
+    """The deep recipe's first run: the per-level cover-EM and paired differences RESULTS' tables and the README
+    quote, recomputed from the shipped comparison files."""
+    from workbench.eval import paired
+
+    root = BENCH.parent
+    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    folder = root / "data" / "results" / "deep_recipe"
+
+    def rows(name):
+        return paired.Comparison.load(folder / name / "comparison.json").rows().set_index("hops")
+
+    def cell(r, h):
+        return f"{r.loc[h, 'diff']:+.3f} [{r.loc[h, 'diff_lo']:+.2f}, {r.loc[h, 'diff_hi']:+.2f}]".replace("-", "−")
+
+    for name in ("shipped_vs_sft", "sft_vs_rl", "shipped_vs_rl"):
+        r = rows(name)
+        assert int(r.loc["all", "n"]) == 180
+        assert " | ".join(cell(r, h) for h in ("all", "1", "2", "3", "4")) in results, name
+    sft, rl = rows("shipped_vs_sft"), rows("sft_vs_rl")
+    for label, side, r in (("shipped `search_r1-sft-grpo`", "a", sft), ("deep SFT", "b", sft), ("deep SFT + RL", "b", rl)):
+        levels = " | ".join(f"{r.loc[h, side]:.3f}" for h in ("1", "2", "3", "4", "all"))
+        assert f"| {label} | {levels} |" in results, label
+    assert f"three-hop cover-EM {sft.loc['3', 'b']:.3f} after SFT and {rl.loc['3', 'b']:.3f}" in readme
+    assert cell(sft, "all") in readme
+    # searches and mid-chain answers per level come from the run's report (search_depth's tables, written by the recipe)
+    report = (folder / "report.md").read_text().split("## ")
+    for label, section in (("shipped `search_r1-sft-grpo`", "shipped search_r1-sft-grpo: searches"),
+                           ("deep SFT", "deep SFT: searches"), ("deep SFT + RL", "deep SFT + RL: searches")):
+        table = next(p for p in report if p.startswith(section))
+        cells = {int(line.split("|")[1]): [c.strip() for c in line.split("|")[1:-1]]
+                 for line in table.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+        searches = " / ".join(cells[h][3] for h in (1, 2, 3, 4))
+        mid = f"{cells[3][9]} / {cells[4][9]}"
+        assert f"| {searches} | {mid} |" in results.split(f"| {label} |")[1].splitlines()[0] + "|", label

@@ -52,3 +52,23 @@ def test_no_usable_run_is_one_line_naming_what_was_skipped(tmp_path, capsys):
     _run(tmp_path, "good", [(2, 2, 1.0, "answer")])
     t = _depth().main([str(bad), str(tmp_path / "good")])  # the good one is read, the old one named on stderr
     assert list(t.index) == [2] and "skipped" in capsys.readouterr().err
+
+
+def test_answers_from_the_middle_of_the_chain_are_counted(tmp_path, capsys):
+    """``short``: the answer names a tail of the question's KG path before the last hop (the policy stopped early);
+    the final tail or anything else does not count; without ``examples.jsonl`` the column is empty."""
+    run = tmp_path / "r"
+    run.mkdir()
+    chain = [{"head": "A", "relation": "father", "tail": "Bo Fenn"}, {"head": "Bo Fenn", "relation": "father",
+             "tail": "Cy Fenn"}, {"head": "Cy Fenn", "relation": "place of birth", "tail": "Dunmore"}]
+    examples = [{"id": f"q{i}", "question": "?", "answers": ["Dunmore"], "hops": 3, "kg_path": chain} for i in range(4)]
+    (run / "examples.jsonl").write_text("".join(json.dumps(e) + "\n" for e in examples))
+    pd.DataFrame({"example_id": [f"q{i}" for i in range(4)], "method": "m", "hops": 3, "n_searches": [2, 1, 3, 2],
+                  "cem": [0.0, 0.0, 1.0, 0.0], "finish_reason": "answer",
+                  "answer": ["Cy Fenn", "Bo Fenn", "Dunmore", "somewhere"]}).to_parquet(run / "trajectories.parquet")
+    t = _depth().main([str(run)])
+    assert t.loc[3].short == pytest.approx(0.5)
+    assert "| answered mid-chain |" in capsys.readouterr().out
+    (run / "examples.jsonl").unlink()
+    t = _depth().main([str(run)])
+    assert t.loc[3].short != t.loc[3].short and "| – |" in capsys.readouterr().out
