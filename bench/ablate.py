@@ -145,6 +145,35 @@ def finished(parent: Path, name: str = "") -> Path | None:
     return None
 
 
+def interrupted(parent: Path) -> Path | None:
+    """The newest unfinished run under ``parent`` with a checkpoint to continue from (a stage stopped midway)."""
+    if not parent.is_dir():
+        return None
+    for run in sorted(parent.iterdir(), reverse=True):
+        try:
+            state = json.loads((run / "status.json").read_text()).get("state")
+        except (OSError, ValueError):
+            continue
+        if state != "complete" and (run / "checkpoints" / "latest").exists():
+            return run
+    return None
+
+
+def train_stage(cmd: list[str], home: Path, log: Path, dry: bool, **meta: object) -> Path:
+    """Run the training command ``cmd`` (``workbench sft|train ... --out HOME``) unless HOME holds a finished run;
+    a run there that stopped midway continues from its newest checkpoint (``--resume``) instead of starting over.
+    The finished run (a placeholder in a dry run)."""
+    done = finished(home)
+    if done is None:
+        left = interrupted(home)
+        if left is not None:
+            cmd = [cmd[0], cmd[1], "--resume", str(left), "--threads", "2", "--no-progress"]
+            meta = {**meta, "resumed": True}
+        run_logged(cmd, log, dry, **meta)
+        done = finished(home) or home / f"<{cmd[1]} run>"
+    return done
+
+
 def run_logged(cmd: list[str], log: Path, dry: bool, **meta: object) -> None:
     shown = " ".join(shlex.quote(c) for c in cmd)
     label = f"[{meta.get('arm')} seed {meta.get('seed')}: {meta.get('stage')}, {time.strftime('%H:%M:%S')}] "
@@ -177,22 +206,17 @@ def cold_start(ab: Ablation, out: Path, log: Path, dry: bool) -> str:
         run_logged([workbench(), "expert", "--method", m, "--split", "train", "--hops", "1,2", "--no-progress",
                     "--out", str(home / "expert")], log, dry, arm="cold_start", seed=0, stage="expert")
         expert = finished(home / "expert") or home / "expert" / "<expert run>"
-    sft = finished(home / "sft")
-    if sft is None:
-        run_logged([workbench(), "sft", "--method", m, "--traces", json.dumps([str(expert)]), *RECIPE_SFT,
-                    "--no-progress", "--out", str(home / "sft")], log, dry, arm="cold_start", seed=0, stage="sft")
-        sft = finished(home / "sft") or home / "sft" / "<sft run>"
+    sft = train_stage([workbench(), "sft", "--method", m, "--traces", json.dumps([str(expert)]), *RECIPE_SFT,
+                       "--no-progress", "--out", str(home / "sft")], home / "sft", log, dry, arm="cold_start", seed=0,
+                      stage="sft")
     return str(sft)
 
 
 def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, init: str | None) -> list[Path]:
     """Train (unless finished) and evaluate (each split unless finished) one arm × seed; the eval runs."""
     home = out / arm / f"seed{seed}"
-    train = finished(home / "train")
-    if train is None:
-        run_logged([workbench(), *ab.train_args(arm, seed, home / "train", init)], log, dry, arm=arm, seed=seed,
-                   stage="train")
-        train = finished(home / "train") or home / "train" / "<train run>"
+    train = train_stage([workbench(), *ab.train_args(arm, seed, home / "train", init)], home / "train", log, dry,
+                        arm=arm, seed=seed, stage="train")
     evals = []
     for split in ("dev", "test"):
         name = f"{arm}-s{seed}-{split}"

@@ -10,7 +10,8 @@ three- and four-hop questions fail"): the expert traces cover all four hop level
 traces, not 336), the RL stage samples the 3- and 4-hop ``chain`` questions too, and every stage gets the turns
 and tokens four searches need (``--max-turns 6``, ``--max-total-tokens 2048``). Everything else is the recipe's.
 
-Stages, each one command (printed as it starts; a finished run is reused, so an interrupted recipe continues):
+Stages, each one command (printed as it starts; a finished run is reused and an SFT or RL run stopped midway
+continues from its newest checkpoint, so an interrupted recipe continues):
 
 1. ``workbench expert``: expert traces of the train split, hops 1-4;
 2. ``workbench sft``: the cold start on them;
@@ -34,7 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ablate import EVAL, ROOT, finished, run_logged, workbench  # noqa: E402  (bench/ is not a package)
+from ablate import EVAL, ROOT, finished, run_logged, train_stage, workbench  # noqa: E402  (bench/ is not a package)
 
 SHIPPED = "data/adapters/search_r1-sft-grpo"
 QUESTION_TYPES = '["1hop","compositional","comparison","inference","chain"]'  # chain: the 3- and 4-hop questions
@@ -65,12 +66,14 @@ def eval_args(max_turns: int) -> list[str]:
 
 
 def run_stage(kind: str, flags: list[str], home: Path, log: Path, dry: bool) -> Path:
-    """Run ``workbench KIND FLAGS --out HOME`` unless HOME holds a finished run; that run (a placeholder in a dry
-    run)."""
+    """Run ``workbench KIND FLAGS --out HOME`` unless HOME holds a finished run (an SFT or RL run stopped midway
+    continues from its checkpoint); that run (a placeholder in a dry run)."""
+    cmd = [workbench(), kind, *flags, "--no-progress", "--out", str(home)]
+    if kind in ("sft", "train"):
+        return train_stage(cmd, home, log, dry, arm="deep", seed=0, stage=kind)
     done = finished(home)
     if done is None:
-        run_logged([workbench(), kind, *flags, "--no-progress", "--out", str(home)], log, dry, arm="deep", seed=0,
-                   stage=kind)
+        run_logged(cmd, log, dry, arm="deep", seed=0, stage=kind)
         done = finished(home) or home / f"<{kind} run>"
     return done
 

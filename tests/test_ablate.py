@@ -137,6 +137,23 @@ def test_a_finished_cold_start_is_reused_and_a_given_adapter_skips_it(tmp_path, 
     assert sum(f"--init-adapter {given}" in x for x in lines) == 2
 
 
+def test_a_training_run_stopped_midway_continues_from_its_checkpoint(tmp_path, monkeypatch, capsys):
+    """An arm's train run that stopped with a checkpoint is resumed (``--resume RUN``), not started over; one
+    without a checkpoint (killed before its first save) is started over."""
+    from workbench.runs import Run
+
+    home = tmp_path / "dspo_parts" / "dapo" / "seed1" / "train"
+    stopped = Run.create(home, kind="train", name="dapo", config={"kind": "train"})
+    (stopped.path / "checkpoints" / "latest").mkdir(parents=True)
+    Run.create(tmp_path / "dspo_parts" / "dspo" / "seed1" / "train", kind="train", name="dspo", config={"kind": "train"})
+    lines = _dry_run(monkeypatch, capsys, "dspo_parts", "--seeds", "1", "--arms", "dspo,dapo", "--out", str(tmp_path))
+    trains = [x for x in lines if " train " in x]
+    assert len(trains) == 2
+    resumed = [x for x in trains if "--resume" in x]
+    assert len(resumed) == 1 and f"--resume {stopped.path}" in resumed[0] and "--loss-overrides" not in resumed[0]
+    assert "--init-adapter" in next(x for x in trains if "--resume" not in x)  # dspo: no checkpoint, a fresh start
+
+
 def _arm_runs(out: Path, arm: str, seed: int, dev: dict[str, float], test: dict[str, float], searches: float,
              ablation: str = "dynasearcher_gain") -> None:
     home = out / ablation / arm / f"seed{seed}" / "eval"
