@@ -320,10 +320,10 @@ def test_the_shipped_ablation_figures_are_what_readme_and_results_quote():
 
 def test_the_shipped_dspo_figures_are_what_readme_and_results_quote():
     """DSPO's ablation: the paired differences RESULTS' table and the README quote, recomputed from the shipped
-    comparison files (GSPO: two seeds a side; DAPO: one)."""
+    comparison files (two seeds a side)."""
     root = BENCH.parent
     readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
-    for other, seeds in (("gspo", 2), ("dapo", 1)):
+    for other, seeds in (("gspo", 2), ("dapo", 2)):
         c = paired.Comparison.load(root / "data" / "results" / "dspo_parts" / f"dspo_vs_{other}" / "comparison.json")
         assert len(c.a.seeds) == len(c.b.seeds) == seeds and c.b.label == "DSPO"
         rows = c.rows().set_index("hops")
