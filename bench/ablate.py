@@ -147,16 +147,10 @@ def finished(parent: Path, name: str = "") -> Path | None:
 
 def interrupted(parent: Path) -> Path | None:
     """The newest unfinished run under ``parent`` with a checkpoint to continue from (a stage stopped midway)."""
-    if not parent.is_dir():
-        return None
-    for run in sorted(parent.iterdir(), reverse=True):
-        try:
-            state = json.loads((run / "status.json").read_text()).get("state")
-        except (OSError, ValueError):
-            continue
-        if state != "complete" and (run / "checkpoints" / "latest").exists():
-            return run
-    return None
+    from workbench.runs import list_runs
+
+    return next((r.path for r in list_runs(parent) if not r.complete and (r.path / "checkpoints" / "latest").exists()),
+                None)
 
 
 def train_stage(cmd: list[str], home: Path, log: Path, dry: bool, **meta: object) -> Path:
@@ -166,8 +160,9 @@ def train_stage(cmd: list[str], home: Path, log: Path, dry: bool, **meta: object
     done = finished(home)
     if done is None:
         left = interrupted(home)
-        if left is not None:
-            cmd = [cmd[0], cmd[1], "--resume", str(left), "--threads", "2", "--no-progress"]
+        if left is not None:  # the run's own config holds the rest; the thread count is not in it
+            threads = cmd[cmd.index("--threads") + 1] if "--threads" in cmd else "2"
+            cmd = [cmd[0], cmd[1], "--resume", str(left), "--threads", threads, "--no-progress"]
             meta = {**meta, "resumed": True}
         run_logged(cmd, log, dry, **meta)
         done = finished(home) or home / f"<{cmd[1]} run>"

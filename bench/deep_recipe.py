@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> None:
         out = ROOT / out
     log = out / "log.jsonl"
     flags = stage_args(args)
-    command = ".venv/bin/python bench/deep_recipe.py" + "".join(
-        f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("dry_run", "report_only", "outline") and v != ap.get_default(k)) + (" --outline" if args.outline else "")
+    command = ".venv/bin/python bench/deep_recipe.py" + "".join(  # the flags given; a switch as itself
+        f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+        if k not in ("dry_run", "report_only") and v != ap.get_default(k))
     if args.report_only:
         evals = {}
         for key in LABELS:

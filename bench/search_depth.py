@@ -26,13 +26,15 @@ COLUMNS = ["example_id", "method", "hops", "n_searches", "cem", "finish_reason"]
 def load(paths: list[str], method: str | None = None):
     """The answers of every run matched by ``paths`` (run directories or globs), one row each, with ``run``."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
     runs = sorted({Path(p) for pat in paths for p in (glob.glob(pat) or [pat])})
     frames, skipped = [], []
     for run in runs:
         f = run / "trajectories.parquet"
-        try:
-            d = pd.read_parquet(f, columns=COLUMNS)
+        try:  # the answers too where the run has them (the mid-chain column reads them)
+            names = pq.read_schema(f).names
+            d = pd.read_parquet(f, columns=COLUMNS + ["answer"] * ("answer" in names))
         except (OSError, ValueError, KeyError) as e:  # not a run, or an old one without these columns
             skipped.append(f"{run}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             continue
@@ -51,23 +53,19 @@ def load(paths: list[str], method: str | None = None):
 def _short(run: Path, d):
     """Per answer: 1.0 where it cover-matches a tail of its question's KG path before the last hop, else 0.0; NaN
     where the run's ``examples.jsonl`` or the answers are missing, or the question has one hop."""
-    import pandas as pd
-
+    from workbench.data.example import load_examples
     from workbench.rewards.metrics import cover_exact_match
 
+    if "answer" not in d:
+        return float("nan")
     try:
-        answers = pd.read_parquet(run / "trajectories.parquet", columns=["answer"])["answer"].loc[d.index]
-        paths = {}
-        with open(run / "examples.jsonl", encoding="utf-8") as fh:
-            for line in fh:
-                ex = json.loads(line)
-                paths[ex["id"]] = [str(step.get("tail", "")) for step in ex.get("kg_path") or []][:-1]
-    except (OSError, ValueError, KeyError, TypeError):
+        mids = {ex.id: [str(step.get("tail") or "") for step in ex.kg_path[:-1]] for ex in load_examples(run / "examples.jsonl")}
+    except (OSError, ValueError):
         return float("nan")
     out = []
-    for qid, answer in zip(d["example_id"], answers):
-        mids = [t for t in paths.get(qid, []) if t]
-        out.append(float(any(cover_exact_match(answer or "", [t]) == 1.0 for t in mids)) if mids else float("nan"))
+    for qid, answer in zip(d["example_id"], d["answer"]):
+        tails = [t for t in mids.get(qid, []) if t]
+        out.append(float(any(cover_exact_match(answer or "", [t]) == 1.0 for t in tails)) if tails else float("nan"))
     return out
 
 

@@ -212,9 +212,11 @@ def steps(plan: ExpertPlan) -> list[str]:
 
 def conclusion(plan: ExpertPlan) -> str:
     """The last hop's fact and the answer (with ``plan.outline``: that it was the last step)."""
-    n = len(plan.hops)
-    done = ("That was the only step" if n == 1 else f"That was step {n} of {n}") + ", so" if plan.outline else "So"
-    return f"{plan.hops[-1].fact} {done} the answer is {plan.answer}."
+    fact, n = plan.hops[-1].fact, len(plan.hops)
+    if not plan.outline:
+        return f"{fact} So the answer is {plan.answer}."
+    last = "That was the only step" if n == 1 else f"That was step {n} of {n}"
+    return f"{fact} {last}, so the answer is {plan.answer}."
 
 
 # =============================================================================== plan, run, check
