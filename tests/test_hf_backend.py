@@ -108,6 +108,31 @@ def test_prefix_cache_reuses_the_previous_turn(policy):
     assert s_off["reused_tokens"] == 0
 
 
+def test_batches_follow_the_tokens_to_prefill_and_results_keep_call_order(policy):
+    """A turn's prompts are batched by the tokens each has to prefill (the observation beyond its kept cache), so a
+    short observation is not padded to a long one's length; the generations come back in call order, the same as
+    batching in call order gives."""
+    from workbench.rollout.backends.hf import HFBackend
+
+    model, tok = policy
+    questions = ["Where was Ada Quist born?", "Who wrote Notes from Perso?", "Name a river.", "Where is Ulmbridge?"]
+    sizes = [1, 20, 2, 18]  # observations of very different length, interleaved in call order
+    p = SamplingParams(max_new_tokens=6, temperature=0.0)
+    out = {}
+    for by_new in (True, False):
+        be = HFBackend(model, tok, batch_size=2, by_new_tokens=by_new)
+        first = be.generate([_prompt(tok, q) for q in questions], p)
+        turn2 = [_prompt(tok, q) + g.token_ids
+                 + tok.encode("\n<information>" + " Ada Quist was born in Ulmbridge." * n + "</information>\n",
+                              add_special_tokens=False) for q, g, n in zip(questions, first, sizes)]
+        padded = be.stats["prefill_padded_tokens"]
+        second = be.generate(turn2, p)
+        out[by_new] = ([g.token_ids for g in first + second], be.stats["prefill_padded_tokens"] - padded)
+    (ids_on, padded_on), (ids_off, padded_off) = out[True], out[False]
+    assert ids_on == ids_off
+    assert padded_on < 0.7 * padded_off  # two long + two short in a batch each, against long + short twice
+
+
 def test_chunked_prefill_gives_the_same_output(policy):
     """Prefilling the new tokens in chunks (the CPU's ``prefill_bytes`` budget) changes nothing: left padding,
     a reused prefix cache and the last-position logits all line up with one whole prefill."""
