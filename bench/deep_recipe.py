@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -45,16 +46,18 @@ def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
     """Every stage's flags (the expert's, the SFT's and the RL stage's), from the command line's values."""
     budgets = ["--max-turns", str(args.max_turns), "--max-new-tokens", "64", "--max-total-tokens",
                str(args.max_total_tokens)]
+    repeats = ["--hop-repeats", args.hop_repeats] if args.hop_repeats else []
     return {
         "expert": ["--method", "search_r1", "--split", "train", "--hops", "1,2,3,4", *(["--outline"] if args.outline else [])],
         "sft": ["--method", "search_r1", "--trace-hops", "[1,2,3,4]", "--steps", str(args.sft_steps), "--batch-size", "4",
                 "--micro-batch-size", "2", "--lr", "4e-4", "--eval-limit", "0", *budgets, "--save-every", "30",
-                "--seed", str(args.seed), "--threads", "2"],
+                "--seed", str(args.seed), "--threads", "2", *repeats],
         "train": ["--method", "search_r1", "--reward", "dynasearcher", "--encoder", "none", "--question-types",
                   QUESTION_TYPES, "--temperature", "0.7", "--steps", str(args.rl_steps), "--questions-per-step", "3",
                   "--group-size", "8", *budgets, "--lr", "1e-4", "--loss-overrides",
                   '{"kl_coef": 0.0, "dynamic_filter": true, "filter_max_rounds": 1}', "--micro-batching",
-                  "shared_prefix", "--threads", "2", "--save-every", "2", "--eval-limit", "0", "--seed", str(args.seed)],
+                  "shared_prefix", "--threads", "2", "--save-every", "2", "--eval-limit", "0", "--seed", str(args.seed),
+                  *repeats],
     }
 
 
@@ -141,6 +144,9 @@ def main(argv: list[str] | None = None) -> None:
                     "(the longest 4-hop expert trace has 1,591)")
     ap.add_argument("--outline", action="store_true", help="expert traces that write the plan out and count the "
                     "steps (workbench expert --outline); use another --out")
+    ap.add_argument("--hop-repeats", default=None, help="oversample deep questions in the SFT and RL stages: JSON "
+                    "times per epoch by hop count, e.g. '{\"3\": 3, \"4\": 3}' (workbench sft/train --hop-repeats); "
+                    "use another --out")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="the tables from the finished runs, train nothing")
     args = ap.parse_args(argv)
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     log = out / "log.jsonl"
     flags = stage_args(args)
     command = ".venv/bin/python bench/deep_recipe.py" + "".join(  # the flags given; a switch as itself
-        f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+        f" --{k.replace('_', '-')}" + ("" if v is True else f" {shlex.quote(str(v))}") for k, v in vars(args).items()
         if k not in ("dry_run", "report_only") and v != ap.get_default(k))
     if args.report_only:
         evals = {}

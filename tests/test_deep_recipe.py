@@ -49,6 +49,11 @@ def test_dry_run_is_expert_sft_train_then_three_adapters_evaluated(tmp_path, cap
     assert not (tmp_path / "deep").exists() and "--outline" not in cmds[0]
     _recipe().main(["--dry-run", "--outline", "--out", str(tmp_path / "deep")])
     assert "--outline" in _commands(capsys.readouterr().out)[0]
+    _recipe().main(["--dry-run", "--hop-repeats", '{"3": 3, "4": 3}', "--out", str(tmp_path / "deep")])
+    out = capsys.readouterr().out
+    sft, rl = _commands(out)[1:3]
+    for stage in (sft, rl):  # both stages oversample, as valid JSON
+        assert stage[stage.index("--hop-repeats") + 1] == '{"3": 3, "4": 3}'
 
 
 def _eval(parent: Path, name: str, cem: list[float], searches: list[int]) -> None:

@@ -94,6 +94,17 @@ def trained(traces_run, tmp_path_factory, one_thread):
     return tr, run, before, tr.eval_loss(pool)
 
 
+def test_hop_repeats_repeat_the_traces_of_those_hops(traces_run, tmp_path, one_thread):
+    """``--hop-repeats '{"1": 3}'``: each one-hop trace comes up three times an epoch; the pool itself is unchanged."""
+    from workbench.cli import build_parser
+
+    assert build_parser().parse_args(["sft", "--hop-repeats", '{"3": 3, "4": 3}']).hop_repeats == {"3": 3, "4": 3}
+    tr = wm.trainer(_config(traces_run, hop_repeats={"1": 3}), run=tmp_path / "sft", progress=False)
+    pool = tr.prepare()
+    assert len(pool) == 2 and len(tr.data.examples) == 6
+    assert sorted(t.id for t in tr.data.take(6)) == sorted([t.id for t in pool] * 3)
+
+
 @pytest.mark.slow
 def test_sft_lowers_the_loss_on_its_traces(trained):
     tr, run, before, after = trained

@@ -88,6 +88,21 @@ def test_data_stream_curriculum_and_resume():
     assert [len(set(e.sources)) for e in srcs] == sorted(len(set(e.sources)) for e in srcs)
 
 
+def test_hop_repeats_oversample_the_deep_questions_in_each_epoch():
+    from workbench.rl.data_stream import repeat_by_hops
+
+    exs = [Example(id=f"q{i}", question=f"q{i}?", answers=["a"], hops=h) for i, h in enumerate([1, 2, 3, 4, 2, 1])]
+    more = repeat_by_hops(exs, lambda e: e.hops, {"3": 3, "4": 2})
+    assert [e.id for e in more] == ["q0", "q1", "q2", "q2", "q2", "q3", "q3", "q4", "q5"]
+    assert repeat_by_hops(exs, lambda e: e.hops, {}) == exs
+    epoch = [e.hops for e in DataStream(more, seed=0).take(len(more))]
+    assert sorted(epoch) == [1, 1, 2, 2, 3, 3, 3, 4, 4]
+    assert TrainConfig(hop_repeats={"3": 3}).hop_repeats == {"3": 3}
+    for bad in ({"three": 3}, {"3": 0}, {"3": 1.5}, {"3": True}):
+        with pytest.raises(ValueError, match="TrainConfig.hop_repeats"):
+            TrainConfig(hop_repeats=bad)
+
+
 def test_from_method_and_method_key_in_a_file(tmp_path):
     cfg = wm.get_method("rsearch_dag").train_config(steps=3)
     assert (cfg.method, cfg.protocol, cfg.reward, cfg.group_size, cfg.steps) == ("rsearch_dag", "rsearch_dag",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -11,6 +11,8 @@ from workbench.data.example import Example
 
 #: Question orders (``TrainConfig.curriculum``): shuffled per epoch, fewer hops first, fewer sources first.
 CURRICULA = ("none", "hops", "sources")
+
+T = TypeVar("T")
 
 
 class DataStream:
@@ -64,6 +66,14 @@ class DataStream:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
         self._order = self.order(self.epoch)
+
+
+def repeat_by_hops(items: Sequence[T], hops_of: Callable[[T], int | None], repeats: dict[str, int] | None) -> list[T]:
+    """``items`` with each one of ``h`` hops repeated ``repeats[str(h)]`` times (once where not named), each copy
+    beside the original: what a :class:`DataStream` then shuffles (``TrainConfig.hop_repeats``)."""
+    if not repeats:
+        return list(items)
+    return [x for x in items for _ in range(int(repeats.get(str(hops_of(x)), 1)))]
 
 
 def split_examples(config: Any, world: Any, examples: Sequence[Example] | None,

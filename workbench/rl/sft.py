@@ -46,7 +46,7 @@ import torch
 from workbench.data.example import Example
 from workbench.rewards.metrics import cover_exact_match
 from workbench.rl.batch import RLBatch, build_batch
-from workbench.rl.data_stream import DataStream
+from workbench.rl.data_stream import DataStream, repeat_by_hops
 from workbench.rl.train_config import RunParts, TrainConfig
 from workbench.rl.trainer import Trainer
 from workbench.runs import Run, open_run
@@ -185,9 +185,12 @@ class SFTTrainer(Trainer):
         if not self.pool:
             raise ValueError(f"SFT: no trajectory left to train on ({self.pool_stats.left_out}); check traces, "
                              "trace_hops, question_types and max_total_tokens")
-        self.data = DataStream(self.pool, seed=self.config.seed)
+        hops = {e.id: e.hops for e in self.questions.examples}
+        self.data = DataStream(repeat_by_hops(self.pool, lambda t: hops.get(t.example_id), self.config.hop_repeats),
+                               seed=self.config.seed)
+        repeated = f" (each of {self.config.hop_repeats} hops that many times an epoch)" if self.config.hop_repeats else ""
         self._say(f"SFT pool: {self.pool_stats.n} trajectories {self.pool_stats.by_source}, hops "
-                  f"{self.pool_stats.by_hops}; left out {self.pool_stats.left_out}")
+                  f"{self.pool_stats.by_hops}{repeated}; left out {self.pool_stats.left_out}")
         return self.pool
 
     def collect_pool(self) -> list[Trajectory]:

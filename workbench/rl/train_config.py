@@ -86,6 +86,9 @@ class TrainConfig:
     """How the encoder pools token vectors instead of its folder's own: mean (Search-R1's for e5), cls, max, lasttoken."""
     curriculum: str = "none"
     """Question order: ``none`` (shuffled per epoch), ``hops`` (fewer hops first) or ``sources`` (fewer sources first)."""
+    hop_repeats: dict[str, int] = field(default_factory=dict)
+    """Times a training question (SFT: an expert trace) of so many hops comes up per epoch, e.g. ``{"3": 3, "4": 3}``
+    to oversample the deep questions; levels not named come up once."""
 
     steps: int = 20
     questions_per_step: int = 4
@@ -204,6 +207,10 @@ class TrainConfig:
             raise bad("grad_clip", f"must be >= 0 (0 = no clipping), got {self.grad_clip}")
         if self.curriculum not in CURRICULA:
             raise bad("curriculum", f"{self.curriculum!r} is not one of {CURRICULA}")
+        for hops, times in dict(self.hop_repeats or {}).items():
+            if not str(hops).isdigit() or isinstance(times, bool) or not isinstance(times, int) or times < 1:
+                raise bad("hop_repeats", f"{{{hops!r}: {times!r}}}: give hop counts and whole numbers >= 1, "
+                                         'e.g. {"3": 3, "4": 3}')
         if not 0.0 <= self.max_failed_share <= 1.0:
             raise bad("max_failed_share", f"must be in [0, 1], got {self.max_failed_share}")
         if self.group_size < 2:

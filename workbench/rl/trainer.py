@@ -48,7 +48,7 @@ from workbench.rl.batch import RLBatch, build_batch, empty_batch
 from workbench.rl.checkpoint import LATEST, STATE_FILE, checkpoint_dir, latest_checkpoint, seed_everything  # noqa: F401 (re-exported)
 from workbench.rl.checkpoint import load_checkpoint as _load_checkpoint
 from workbench.rl.checkpoint import save_checkpoint as _save_checkpoint
-from workbench.rl.data_stream import DataStream, split_examples
+from workbench.rl.data_stream import DataStream, repeat_by_hops, split_examples
 from workbench.rl.distributed import all_reduce_grads, all_reduce_sum, maybe_init_distributed
 from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported)
     FailedRewardsError,
@@ -115,7 +115,7 @@ class Trainer:
             world = load_world()
         self.world = world
         train, self.eval_examples = split_examples(config, world, examples, eval_examples)
-        shard = train[self.rank :: self.world_size]
+        shard = repeat_by_hops(train, lambda e: e.hops, config.hop_repeats)[self.rank :: self.world_size]
         self.data = DataStream(shard, seed=config.seed, curriculum=config.curriculum)
 
         if policy is None:
