@@ -44,7 +44,7 @@ QUESTION_TYPES = '["1hop","compositional","comparison","inference","chain"]'  # 
 
 def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
     """Every stage's flags (the expert's, the SFT's and the RL stage's), from the command line's values."""
-    budgets = ["--max-turns", str(args.max_turns), "--max-new-tokens", "64", "--max-total-tokens",
+    budgets = ["--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens), "--max-total-tokens",
                str(args.max_total_tokens)]
     repeats = ["--hop-repeats", args.hop_repeats] if args.hop_repeats else []
     return {
@@ -61,10 +61,14 @@ def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
     }
 
 
-def eval_args(max_turns: int) -> list[str]:
-    """The ablations' held-out eval flags with this recipe's turns."""
+def eval_args(max_turns: int, max_new_tokens: int = 64) -> list[str]:
+    """The ablations' held-out eval flags with this recipe's turns and tokens a turn."""
     out = list(EVAL)
     out[out.index("--max-turns") + 1] = str(max_turns)
+    if "--max-new-tokens" in out:
+        out[out.index("--max-new-tokens") + 1] = str(max_new_tokens)
+    else:
+        out += ["--max-new-tokens", str(max_new_tokens)]
     return out
 
 
@@ -81,7 +85,8 @@ def run_stage(kind: str, flags: list[str], home: Path, log: Path, dry: bool) -> 
     return done
 
 
-def evaluate(label: str, adapter: Path | str, out: Path, log: Path, dry: bool, max_turns: int) -> list[Path]:
+def evaluate(label: str, adapter: Path | str, out: Path, log: Path, dry: bool, max_turns: int,
+             max_new_tokens: int = 64) -> list[Path]:
     """``label``'s adapter on dev and test (each split unless finished); the two eval runs."""
     runs = []
     for split in ("dev", "test"):
@@ -89,7 +94,7 @@ def evaluate(label: str, adapter: Path | str, out: Path, log: Path, dry: bool, m
         done = finished(out / "eval", name)
         if done is None:
             run_logged([workbench(), "eval", "--method", "search_r1+lora", "--adapter", str(adapter), "--split", split,
-                        *eval_args(max_turns), "--no-progress", "--out", str(out / "eval"), "--name", name], log, dry,
+                        *eval_args(max_turns, max_new_tokens), "--no-progress", "--out", str(out / "eval"), "--name", name], log, dry,
                        arm=label, seed=0, stage=f"eval {split}")
             done = finished(out / "eval", name) or out / "eval" / f"<{name} run>"
         runs.append(done)
@@ -140,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sft-steps", type=int, default=210, help="SFT steps of 4 traces (210: two passes over 420)")
     ap.add_argument("--rl-steps", type=int, default=8, help="RL steps of 3 questions x 8 samples")
     ap.add_argument("--max-turns", type=int, default=6, help="policy turns, every stage and eval (4 hops need 5)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="tokens a policy turn may hold, every stage "
+                    "and eval (default 64; 96 with --outline: its turns run to 81)")
     ap.add_argument("--max-total-tokens", type=int, default=2048, help="tokens a trajectory may hold in training "
                     "(the longest 4-hop expert trace has 1,591)")
     ap.add_argument("--outline", action="store_true", help="expert traces that write the plan out and count the "
@@ -150,7 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="the tables from the finished runs, train nothing")
     args = ap.parse_args(argv)
-    for name in ("sft_steps", "rl_steps", "max_turns", "max_total_tokens"):
+    if args.max_new_tokens is None:  # an outline turn (plan + step + query) runs to 81 tokens
+        args.max_new_tokens = 96 if args.outline else 64
+    for name in ("sft_steps", "rl_steps", "max_turns", "max_new_tokens", "max_total_tokens"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     out = Path(args.out)
@@ -178,9 +187,8 @@ def main(argv: list[str] | None = None) -> None:
                     log, args.dry_run)
     rl = run_stage("train", [*flags["train"][:6], "--init-adapter", str(sft), *flags["train"][6:]], out / "train", log,
                    args.dry_run)
-    evals = {"shipped": evaluate("shipped", SHIPPED, out, log, args.dry_run, args.max_turns),
-             "sft": evaluate("sft", sft, out, log, args.dry_run, args.max_turns),
-             "rl": evaluate("rl", rl, out, log, args.dry_run, args.max_turns)}
+    evals = {key: evaluate(key, adapter, out, log, args.dry_run, args.max_turns, args.max_new_tokens)
+             for key, adapter in (("shipped", SHIPPED), ("sft", sft), ("rl", rl))}
     if not args.dry_run:
         print(report(out, evals, command))
 

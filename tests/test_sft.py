@@ -105,6 +105,23 @@ def test_hop_repeats_repeat_the_traces_of_those_hops(traces_run, tmp_path, one_t
     assert sorted(t.id for t in tr.data.take(6)) == sorted([t.id for t in pool] * 3)
 
 
+def test_traces_with_turns_longer_than_the_rollout_budget_are_counted_and_warned(traces_run, tmp_path, capsys,
+                                                                                 one_thread):
+    """A trace whose policy turn is longer than ``max_new_tokens`` teaches turns that rollouts cut before the closing
+    tag: the pool counts them and SFT says which budget fits."""
+    said = []
+    tr = wm.trainer(_config(traces_run, max_new_tokens=8), run=tmp_path / "sft", progress=False)
+    tr._say = said.append
+    tr.prepare()
+    st = tr.pool_stats
+    assert st.long_turns == 2 and st.longest_turn > 8
+    assert any(f"--max-new-tokens {st.longest_turn} or more" in line for line in said)
+    assert tr.run.config["sft_pool"]["longest_turn"] == st.longest_turn
+    ok = wm.trainer(_config(traces_run, max_new_tokens=st.longest_turn), run=tmp_path / "sft2", progress=False)
+    ok.prepare()
+    assert ok.pool_stats.long_turns == 0
+
+
 @pytest.mark.slow
 def test_sft_lowers_the_loss_on_its_traces(trained):
     tr, run, before, after = trained

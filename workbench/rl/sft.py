@@ -50,7 +50,7 @@ from workbench.rl.data_stream import DataStream, repeat_by_hops
 from workbench.rl.train_config import RunParts, TrainConfig
 from workbench.rl.trainer import Trainer
 from workbench.runs import Run, open_run
-from workbench.trajectory import Trajectory, load_trajectories, save_trajectories
+from workbench.trajectory import POLICY, Trajectory, load_trajectories, save_trajectories
 
 POOL_FILE = "sft/pool.trajectories.parquet"
 
@@ -130,13 +130,16 @@ class PoolStats:
     by_hops: dict[str, int] = field(default_factory=dict)
     left_out: dict[str, int] = field(default_factory=dict)
     rejection: dict[str, float] = field(default_factory=dict)
+    long_turns: int = 0
+    """Kept trajectories with a policy turn longer than ``max_new_tokens``: rollouts cut such a turn short."""
+    longest_turn: int = 0
 
     def skip(self, why: str) -> None:
         self.left_out[why] = self.left_out.get(why, 0) + 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "by_source": self.by_source, "by_hops": self.by_hops, "left_out": self.left_out,
-                "rejection": self.rejection}
+                "rejection": self.rejection, "long_turns": self.long_turns, "longest_turn": self.longest_turn}
 
 
 # =============================================================================== trainer
@@ -191,6 +194,11 @@ class SFTTrainer(Trainer):
         repeated = f" (each of {self.config.hop_repeats} hops that many times an epoch)" if self.config.hop_repeats else ""
         self._say(f"SFT pool: {self.pool_stats.n} trajectories {self.pool_stats.by_source}, hops "
                   f"{self.pool_stats.by_hops}{repeated}; left out {self.pool_stats.left_out}")
+        if self.pool_stats.long_turns:
+            self._say(f"warning: {self.pool_stats.long_turns} of the {self.pool_stats.n} trajectories have a turn longer "
+                      f"than --max-new-tokens {self.config.max_new_tokens} (the longest: {self.pool_stats.longest_turn} "
+                      "tokens): the policy learns turns that its rollouts (RL, eval) cut short, before the closing tag; "
+                      f"give this stage and the later ones --max-new-tokens {self.pool_stats.longest_turn} or more")
         return self.pool
 
     def collect_pool(self) -> list[Trajectory]:
@@ -254,6 +262,9 @@ class SFTTrainer(Trainer):
             if len(t.token_ids) > cfg.max_total_tokens:
                 st.skip("longer than max_total_tokens")
                 continue
+            longest = max((len(turn.token_ids) for turn in t.turns if turn.kind == POLICY), default=0)
+            st.longest_turn = max(st.longest_turn, longest)
+            st.long_turns += longest > cfg.max_new_tokens
             t.meta.setdefault("source", source)
             out.append(t)
             st.n += 1
