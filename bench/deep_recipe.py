@@ -8,7 +8,9 @@ run and judged in one command.
 What changes against the shipped recipe (README, "the recipe"), and why (bench/RESULTS.md, "Deep multi-hop: why
 three- and four-hop questions fail"): the expert traces cover all four hop levels (``--hops 1,2,3,4``: 420 train
 traces, not 336), the RL stage samples the 3- and 4-hop ``chain`` questions too, and every stage gets the turns
-and tokens four searches need (``--max-turns 6``, ``--max-total-tokens 2048``). Everything else is the recipe's.
+and tokens four searches need (``--max-turns 6``, ``--max-total-tokens 2048``, and ``--max-new-tokens 96``: the
+expert's turns run to 75 tokens, 81 with ``--outline``, and a turn cut at the budget loses its closing tag; the
+first two runs had 64). Everything else is the recipe's.
 
 Stages, each one command (printed as it starts; a finished run is reused and an SFT or RL run stopped midway
 continues from its newest checkpoint, so an interrupted recipe continues):
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rl-steps", type=int, default=8, help="RL steps of 3 questions x 8 samples")
     ap.add_argument("--max-turns", type=int, default=6, help="policy turns, every stage and eval (4 hops need 5)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="tokens a policy turn may hold, every stage "
-                    "and eval (default 64; 96 with --outline: its turns run to 81)")
+                    "and eval (default 96: the expert's turns run to 75 tokens, 81 with --outline)")
     ap.add_argument("--max-total-tokens", type=int, default=2048, help="tokens a trajectory may hold in training "
                     "(the longest 4-hop expert trace has 1,591)")
     ap.add_argument("--outline", action="store_true", help="expert traces that write the plan out and count the "
@@ -157,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="the tables from the finished runs, train nothing")
     args = ap.parse_args(argv)
-    if args.max_new_tokens is None:  # an outline turn (plan + step + query) runs to 81 tokens
-        args.max_new_tokens = 96 if args.outline else 64
+    if args.max_new_tokens is None:  # the expert's turns run to 75 tokens (81 with --outline)
+        args.max_new_tokens = 96
     for name in ("sft_steps", "rl_steps", "max_turns", "max_new_tokens", "max_total_tokens"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
