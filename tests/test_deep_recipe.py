@@ -127,3 +127,26 @@ def test_the_shipped_deep_recipe_figures_are_what_readme_and_results_quote():
         searches = " / ".join(cells[h][3] for h in (1, 2, 3, 4))
         mid = f"{cells[3][9]} / {cells[4][9]}"
         assert f"| {searches} | {mid} |" in results.split(f"| {label} |")[1].splitlines()[0] + "|", label
+
+
+def test_the_outline_run_figures_are_what_results_quotes():
+    """The outline run's per-level cover-EM and paired differences in RESULTS, recomputed from its comparison files."""
+    from workbench.eval import paired
+
+    root = BENCH.parent
+    results = (root / "bench" / "RESULTS.md").read_text()
+    section = results.split("### The deep recipe with outline traces")[1].split("\n## ")[0]
+    folder = root / "data" / "results" / "deep_outline"
+
+    def rows(name):
+        return paired.Comparison.load(folder / name / "comparison.json").rows().set_index("hops")
+
+    sft, rl, both = rows("shipped_vs_sft"), rows("sft_vs_rl"), rows("shipped_vs_rl")
+    for label, side, r in (("shipped `search_r1-sft-grpo`", "a", sft), ("outline SFT", "b", sft),
+                           ("outline SFT + RL", "b", rl)):
+        levels = " | ".join(f"{r.loc[h, side]:.3f}" for h in ("1", "2", "3", "4", "all"))
+        assert f"| {label} | {levels} |" in section, label
+    for text, r in (("outline SFT − shipped", sft), ("outline RL − outline SFT", rl), ("outline RL − shipped", both)):
+        cell = f"{r.loc['all', 'diff']:+.3f} [{r.loc['all', 'diff_lo']:+.2f}, {r.loc['all', 'diff_hi']:+.2f}]"
+        assert f"{text} {cell.replace('-', '−')}" in section, text
+        assert int(r.loc["all", "n"]) == 180
