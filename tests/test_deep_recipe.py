@@ -150,3 +150,6 @@ def test_the_outline_run_figures_are_what_results_quotes():
         cell = f"{r.loc['all', 'diff']:+.3f} [{r.loc['all', 'diff_lo']:+.2f}, {r.loc['all', 'diff_hi']:+.2f}]"
         assert f"{text} {cell.replace('-', '−')}" in section, text
         assert int(r.loc["all", "n"]) == 180
+    budget = rows("sft_64_vs_96_tokens")  # the first run's SFT adapter, dev, at 64 and at 96 tokens a turn
+    cell = f"{budget.loc['all', 'diff']:+.3f} [{budget.loc['all', 'diff_lo']:+.2f}, {budget.loc['all', 'diff_hi']:+.2f}]"
+    assert f"cover-EM {budget.loc['all', 'a']:.3f} → {budget.loc['all', 'b']:.3f}, paired {cell.replace('-', '−')}" in section
