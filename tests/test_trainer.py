@@ -97,7 +97,7 @@ def test_hop_repeats_oversample_the_deep_questions_in_each_epoch():
     assert repeat_by_hops(exs, lambda e: e.hops, {}) == exs
     epoch = [e.hops for e in DataStream(more, seed=0).take(len(more))]
     assert sorted(epoch) == [1, 1, 2, 2, 3, 3, 3, 4, 4]
-    assert TrainConfig(hop_repeats={"3": 3}).hop_repeats == {"3": 3}
+    assert TrainConfig(hop_repeats={"3": 3}).hop_repeats == TrainConfig(hop_repeats={3: 3}).hop_repeats == {"3": 3}
     for bad in ({"three": 3}, {"3": 0}, {"3": 1.5}, {"3": True}):
         with pytest.raises(ValueError, match="TrainConfig.hop_repeats"):
             TrainConfig(hop_repeats=bad)

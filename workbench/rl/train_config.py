@@ -207,7 +207,8 @@ class TrainConfig:
             raise bad("grad_clip", f"must be >= 0 (0 = no clipping), got {self.grad_clip}")
         if self.curriculum not in CURRICULA:
             raise bad("curriculum", f"{self.curriculum!r} is not one of {CURRICULA}")
-        for hops, times in dict(self.hop_repeats or {}).items():
+        self.hop_repeats = {str(h): t for h, t in dict(self.hop_repeats or {}).items()}  # JSON keys are strings
+        for hops, times in self.hop_repeats.items():
             if not str(hops).isdigit() or isinstance(times, bool) or not isinstance(times, int) or times < 1:
                 raise bad("hop_repeats", f"{{{hops!r}: {times!r}}}: give hop counts and whole numbers >= 1, "
                                          'e.g. {"3": 3, "4": 3}')
