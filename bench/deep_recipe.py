@@ -63,14 +63,11 @@ def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
     }
 
 
-def eval_args(max_turns: int, max_new_tokens: int = 64) -> list[str]:
+def eval_args(max_turns: int, max_new_tokens: int) -> list[str]:
     """The ablations' held-out eval flags with this recipe's turns and tokens a turn."""
     out = list(EVAL)
     out[out.index("--max-turns") + 1] = str(max_turns)
-    if "--max-new-tokens" in out:
-        out[out.index("--max-new-tokens") + 1] = str(max_new_tokens)
-    else:
-        out += ["--max-new-tokens", str(max_new_tokens)]
+    out[out.index("--max-new-tokens") + 1] = str(max_new_tokens)
     return out
 
 
@@ -88,7 +85,7 @@ def run_stage(kind: str, flags: list[str], home: Path, log: Path, dry: bool) -> 
 
 
 def evaluate(label: str, adapter: Path | str, out: Path, log: Path, dry: bool, max_turns: int,
-             max_new_tokens: int = 64) -> list[Path]:
+             max_new_tokens: int) -> list[Path]:
     """``label``'s adapter on dev and test (each split unless finished); the two eval runs."""
     runs = []
     for split in ("dev", "test"):
@@ -147,8 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sft-steps", type=int, default=210, help="SFT steps of 4 traces (210: two passes over 420)")
     ap.add_argument("--rl-steps", type=int, default=8, help="RL steps of 3 questions x 8 samples")
     ap.add_argument("--max-turns", type=int, default=6, help="policy turns, every stage and eval (4 hops need 5)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="tokens a policy turn may hold, every stage "
-                    "and eval (default 96: the expert's turns run to 75 tokens, 81 with --outline)")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="tokens a policy turn may hold, every stage "
+                    "and eval (the expert's turns run to 75 tokens, 81 with --outline)")
     ap.add_argument("--max-total-tokens", type=int, default=2048, help="tokens a trajectory may hold in training "
                     "(the longest 4-hop expert trace has 1,591)")
     ap.add_argument("--outline", action="store_true", help="expert traces that write the plan out and count the "
@@ -159,8 +156,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="the tables from the finished runs, train nothing")
     args = ap.parse_args(argv)
-    if args.max_new_tokens is None:  # the expert's turns run to 75 tokens (81 with --outline)
-        args.max_new_tokens = 96
     for name in ("sft_steps", "rl_steps", "max_turns", "max_new_tokens", "max_total_tokens"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")

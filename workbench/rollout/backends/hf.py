@@ -173,8 +173,8 @@ class HFBackend(Backend):
     def _by_new_tokens(self, prompts: list[list[int]]) -> list[int]:
         """The prompts' indices ordered by the tokens each has to prefill (what no kept cache covers), then by
         length: consecutive batches then pad their new tokens to similar lengths. In a multi-turn rollout the
-        observations differ by hundreds of tokens, and in call order the padding was 40-60% of the prefilled
-        tokens after the first turn (bench/RESULTS.md). Stable: a group's identical prompts stay together."""
+        observations differ by hundreds of tokens, so in call order much of a later turn's prefill is padding
+        (bench/RESULTS.md, "Batches by the tokens to prefill"). Stable: a group's identical prompts stay together."""
         def new(p: list[int]) -> int:
             e = self._lookup(p) if self.prefix_cache else None
             return len(p) - (len(e.ids) if e is not None else 0)
