@@ -73,11 +73,16 @@ class Ablation:
     metrics: tuple[str, ...] = ("cem", "n_searches", "redundant")
     init_adapter: str | None = "data/adapters/search_r1-sft"  # None: made by cold_start(), or --init-adapter
     cold_start_method: str = "search_r1"  # whose protocol the expert traces and the SFT stage use
+    #: the sentence encoder of the reward's embedding features: the recipe has none (its reward matches titles);
+    #: When-to-Search's r_s is the similarity of a rollout's queries, undefined (NaN) without one
+    encoder: str = "none"
 
     def train_args(self, arm: str, seed: int, out: Path, init_adapter: str | None = None) -> list[str]:
         loss = {**self.loss, **self.arms[arm].loss}
         init = init_adapter or self.init_adapter or "<SFT adapter>"
-        return ["train", *self.base, "--init-adapter", init, *RECIPE_RL, *self.arms[arm].args,
+        rl = list(RECIPE_RL)
+        rl[rl.index("--encoder") + 1] = self.encoder
+        return ["train", *self.base, "--init-adapter", init, *rl, *self.arms[arm].args,
                 "--loss-overrides", json.dumps(loss), "--seed", str(seed), "--no-progress", "--out", str(out)]
 
 
@@ -120,7 +125,8 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"filter_max_rounds": 1},
         arms={"stages": Arm("stage 1 then 2"),
               "stage1": Arm("stage 1 only", ["--stage-switch-searches", "1000000"])},  # the switch never fires
-        full="stages", eval_method="when_to_search+lora", init_adapter=None, cold_start_method="when_to_search"),
+        full="stages", eval_method="when_to_search+lora", init_adapter=None, cold_start_method="when_to_search",
+        encoder="auto"),
 }
 
 

@@ -57,7 +57,7 @@ def test_every_arm_is_a_valid_train_command_differing_only_in_its_part(name, tmp
     ab = _ablate().ABLATIONS[name]
     configs = {arm: _train_config(ab.train_args(arm, 3, tmp_path, "runs/my-sft")) for arm in ab.arms}
     shared = ("steps", "questions_per_step", "group_size", "max_turns", "max_new_tokens", "max_total_tokens",
-              "temperature", "lr", "init_adapter", "question_types", "seed")
+              "temperature", "lr", "init_adapter", "question_types", "seed", "encoder")
     for field in shared:  # equal compute and the same start in every arm
         assert len({json.dumps(getattr(c, field)) for c in configs.values()}) == 1, field
     assert all(c.seed == 3 for c in configs.values())
@@ -72,6 +72,11 @@ def test_every_arm_is_a_valid_train_command_differing_only_in_its_part(name, tmp
     elif name == "when_to_search_stages":
         assert configs["stages"].stage_switch_searches == 1.0  # the method's declared switch
         assert configs["stage1"].stage_switch_searches == 1e6  # never reached: stage 1 throughout
+        from workbench.methods import run_parts
+
+        # r_s needs the queries' embeddings: "auto" loads the encoder because the method declares that need
+        assert {c.encoder for c in configs.values()} == {"auto"}
+        assert all(run_parts(c).needs.encoder for c in configs.values())
     else:
         assert {arm: c.preset for arm, c in configs.items()} == {"dspo": "dspo", "gspo": "gspo", "dapo": "dapo"}
         assert all(c.loss_overrides["num_mini_batches"] == 4 for c in configs.values())
