@@ -356,7 +356,9 @@ def test_failed_rewards_get_zero_advantage_and_stop_the_run(tmp_path):
         bad = FailingReward(bad_cfg, wm.run_parts(bad_cfg), run=tmp_path / "b", progress=False)
         from workbench.rl.trainer import FailedRewardsError
 
-        with pytest.raises(FailedRewardsError, match=r"4 of 4 trajectories.*max_failed_share=0.5.*judge \(4 NaN\)"):
+        # the reward declares embedding features and the config has no encoder: the error names that first
+        with pytest.raises(FailedRewardsError, match=r"4 of 4 trajectories.*max_failed_share=0.5.*judge \(4 NaN\)\. "
+                                                     r"TrainConfig.encoder is \"none\".*--encoder auto"):
             bad.collect(1)
     finally:
         FailingReward.fail_all = False

@@ -159,9 +159,26 @@ class FailedRewardsError(ValueError):
     """Too many trajectories of a step have a failed (NaN) reward to train on."""
 
 
-def check_failed_share(n_failed: int, n: int, max_share: float, tables: Sequence[Any], step: int) -> None:
+def missing_encoder(encoder: str, needs: Any) -> str:
+    """What is lost when ``encoder`` is ``"none"`` but the reward declares embedding features (``needs.encoder``):
+    a sentence naming the fix, or ``""``.
+
+    >>> from workbench.rewards.preset import FeatureNeeds
+    >>> missing_encoder("none", FeatureNeeds(encoder=True))[:36]
+    'TrainConfig.encoder is "none", but t'
+    >>> missing_encoder("auto", FeatureNeeds(encoder=True)), missing_encoder("none", FeatureNeeds())
+    ('', '')
+    """
+    if encoder != "none" or not getattr(needs, "encoder", False):
+        return ""
+    return ('TrainConfig.encoder is "none", but the reward reads embedding features (query similarity, recall by '
+            "embedding), which stay NaN without an encoder: pass --encoder auto (or a path)")
+
+
+def check_failed_share(n_failed: int, n: int, max_share: float, tables: Sequence[Any], step: int,
+                       hint: str = "") -> None:
     """Raise :class:`FailedRewardsError` when ``n_failed / n > max_share``, naming the reward
-    components (of the rubric ``tables``) that were NaN and how often."""
+    components (of the rubric ``tables``) that were NaN and how often, and ``hint`` (a likely cause) first."""
     if n == 0 or n_failed / n <= max_share:
         return
     comps: dict[str, int] = {}
@@ -173,7 +190,8 @@ def check_failed_share(n_failed: int, n: int, max_share: float, tables: Sequence
     named = ", ".join(f"{c} ({k} NaN)" for c, k in sorted(comps.items(), key=lambda x: -x[1])) or "the total"
     raise FailedRewardsError(
         f"step {step}: {n_failed} of {n} trajectories have a failed (NaN) reward, more than "
-        f"max_failed_share={max_share}; failing reward components: {named}. Check the judge / evidence model / "
+        f"max_failed_share={max_share}; failing reward components: {named}. {hint + '. ' if hint else ''}"
+        "Check the judge / evidence model / "
         "tools those components read (the flags in features.parquet say which failed), or raise "
         "TrainConfig.max_failed_share")
 

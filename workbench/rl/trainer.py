@@ -56,6 +56,7 @@ from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported
     check_failed_share,
     finalize_run,
     merge_micro_stats,
+    missing_encoder,
     nanmean,
     step_row,
     summarize_updates,
@@ -371,7 +372,8 @@ class Trainer:
     def _check_failed(self, n_failed: int, n: int, tables: Sequence[Any], step: int) -> None:
         """Stop when more than ``max_failed_share`` of the step's trajectories (all processes) failed."""
         n_failed_all, n_all = self._sum([n_failed, n])
-        check_failed_share(int(n_failed_all), int(n_all), self.config.max_failed_share, tables, step)
+        check_failed_share(int(n_failed_all), int(n_all), self.config.max_failed_share, tables, step,
+                           hint=missing_encoder(self.config.encoder, self.feature_needs))
 
     # ------------------------------------------------------------------ distributed helpers
     def _sum(self, values: Sequence[float]) -> list[float]:
@@ -490,6 +492,8 @@ class Trainer:
         cfg = self.config
         total = cfg.steps if steps is None else steps
         self.begin()
+        if missing_encoder(cfg.encoder, self.feature_needs):
+            self._say(f"warning: {missing_encoder(cfg.encoder, self.feature_needs)}")
         bar = tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress)
         while self.step < total:
             row = self.train_step()
