@@ -61,6 +61,9 @@ def main() -> None:
     ap.add_argument("run_dir", nargs="+", help="eval run(s) method A is read from (pooled)")
     ap.add_argument("--a", default="search_r1")
     ap.add_argument("--b", default="search_r1+lora")
+    ap.add_argument("--a-label", default=None, help="what side A is called in the table and the saved comparison "
+                    "(default: --a; name the adapter when both sides are one method)")
+    ap.add_argument("--b-label", default=None, help="the same for side B (default: --b)")
     ap.add_argument("--metric", default="cem")
     ap.add_argument("--reward", default=None, metavar="PRESET",
                     help="compare this reward preset's total (from features.parquet) instead of --metric")
@@ -98,7 +101,8 @@ def main() -> None:
     if unscored:  # e.g. a reward term whose feature the eval did not compute (query embeddings)
         print(f"{len(unscored)} question(s) without a value on one side (a feature the reward needs is missing "
               f"there), left out of both: {', '.join(unscored[:5])}{' ...' if len(unscored) > 5 else ''}\n")
-    print(markdown(paired_rows(a, b, proportion=not args.reward), args.a, args.b, args.metric))
+    args.a_label, args.b_label = args.a_label or args.a, args.b_label or args.b
+    print(markdown(paired_rows(a, b, proportion=not args.reward), args.a_label, args.b_label, args.metric))
     if args.save:
         save(args, a, b)
 
@@ -129,9 +133,9 @@ def save(args: argparse.Namespace, a: Any, b: Any) -> None:
         runs[str(r)] = {k: v for k, v in {"created": cfg.get("created"), "dataset": cfg.get("dataset"),
                                           "seed": cfg.get("seed"), "adapter": ev.get("adapter"),
                                           "rollout_engine": cfg.get("rollout_engine")}.items() if v is not None}
-    c = Comparison(args.name or f"{args.b} vs {args.a}", args.metric,
-                   Side(args.a, args.a, [list(args.run_dir)]).store([a]),
-                   Side(args.b, args.b, [list(args.b_run or args.run_dir)]).store([b]), question=args.question,
+    c = Comparison(args.name or f"{args.b_label} vs {args.a_label}", args.metric,
+                   Side(args.a_label, args.a, [list(args.run_dir)]).store([a]),
+                   Side(args.b_label, args.b, [list(args.b_run or args.run_dir)]).store([b]), question=args.question,
                    command=" && ".join(x for x in (args.runs_command, cmd) if x),
                    provenance={"machine": f"{os.cpu_count()} cores", "runs": runs})
     print(f"wrote {c.save(path)}")

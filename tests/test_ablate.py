@@ -268,6 +268,18 @@ def test_compare_methods_saves_a_comparison_notebook_05_reads(tmp_path, monkeypa
     assert c.name == "adapter vs base" and c.command.startswith("workbench eval ... && .venv/bin/python bench/compare_methods.py")
     assert "--runs-command" not in c.command
     assert set(c.provenance["runs"]) == {str(a), str(b)}
+    assert (c.a.label, c.a.method, c.b.label) == ("m", "m", "m+lora")  # labels default to the methods
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m+lora", "--a-label", "SFT", "--b-run", str(b), "--b",
+                                      "m+lora", "--b-label", "SFT + RL", "--save", str(tmp_path / "named")])
+    with pytest.raises(SystemExit, match="m\\+lora"):  # run a has no m+lora rows: the labels do not change what is read
+        cm.main()
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--a-label", "base", "--b-run", str(b), "--b",
+                                      "m+lora", "--b-label", "adapter", "--save", str(tmp_path / "named")])
+    cm.main()
+    assert "| hops | n | cem base [95% CI] | cem adapter [95% CI]" in capsys.readouterr().out
+    named = paired.Comparison.load(tmp_path / "named" / "comparison.json")
+    assert (named.a.label, named.a.method, named.b.label, named.b.method) == ("base", "m", "adapter", "m+lora")
+    assert named.name == "adapter vs base"
     (tmp_path / "res" / "broken").mkdir()
     (tmp_path / "res" / "broken" / "comparison.json").write_text("[]")
 
@@ -336,3 +348,27 @@ def test_the_shipped_dspo_figures_are_what_readme_and_results_quote():
                  for h in ("all", "1", "2")]
         assert " | ".join(cells) in results, (other, cells)
         assert cells[0] in readme
+
+
+def test_the_shipped_when_to_search_figures_are_what_readme_and_results_quote():
+    """When-to-Search's ablation and each arm against its SFT start: the paired differences RESULTS and the README
+    quote, recomputed from the shipped comparison files; RESULTS says how many seeds they hold."""
+    root = BENCH.parent
+    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    home = root / "data" / "results" / "when_to_search_stages"
+
+    def cell(folder: Path, hops: str = "all") -> str:
+        r = paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops]
+        return f"{r['diff']:+.3f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]".replace("-", "−")
+
+    c = paired.Comparison.load(home / "comparison.json")
+    assert (c.a.label, c.b.label) == ("stage 1 only", "stage 1 then 2") and len(c.a.seeds) == len(c.b.seeds)
+    assert sum(len(s) for s in c.b.seeds) == 180 * len(c.b.seeds)
+    if len(c.b.seeds) == 1:
+        assert "When-to-Search: stage 1 then 2 against stage 1 alone (seed 0 only so far)" in results
+    assert cell(home) in readme and cell(home) in results
+    for metric, hops in (("", "1"), ("", "2"), ("", "3"), ("n_searches", "all"), ("n_searches", "2")):
+        assert cell(home / metric, hops) in results, (metric, hops)
+    for arm in ("stage1", "stages"):
+        assert cell(home / f"sft_vs_{arm}") in results and cell(home / f"sft_vs_{arm}" / "n_searches") in results
+        assert cell(home / f"sft_vs_{arm}", "2") in results
