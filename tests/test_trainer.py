@@ -286,10 +286,12 @@ def test_micro_batches_do_not_change_the_update(tmp_path):
     assert moved, "the update should have moved the adapter (LoRA B starts at 0)"
 
 
-def test_reward_stage_switches_at_the_configured_step(tmp_path):
+def test_reward_stage_switches_at_the_configured_step(tmp_path, capsys):
     cfg = TrainConfig(reward="when_to_search", stage_switch_step=1, steps=2, preset="grpo", encoder="none", **TINY)
     tr = wm.trainer(cfg, run=tmp_path, progress=False)
     tr.train()
+    # its r_s reads query embeddings: the run says so at the start, progress output or not
+    assert 'warning: TrainConfig.encoder is "none"' in capsys.readouterr().err
     rows = [r for r in tr.run.step_metrics() if "reward_mean" in r]
     assert [r["stage"] for r in rows] == [1, 2]
     assert tr.current_rubric.params["stage"] == 2

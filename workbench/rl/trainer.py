@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -492,8 +493,8 @@ class Trainer:
         cfg = self.config
         total = cfg.steps if steps is None else steps
         self.begin()
-        if missing_encoder(cfg.encoder, self.feature_needs):
-            self._say(f"warning: {missing_encoder(cfg.encoder, self.feature_needs)}")
+        if self.rank == 0 and (lost := missing_encoder(cfg.encoder, self.feature_needs)):
+            print(f"warning: {lost}", file=sys.stderr, flush=True)  # with or without progress output
         bar = tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress)
         while self.step < total:
             row = self.train_step()
