@@ -53,6 +53,14 @@ EVAL = ["--protocol-kwargs", '{"observation_mode": "chat"}', "--max-turns", "4",
         "--threads", "2"]
 
 
+def with_values(flags: list[str], **values: object) -> list[str]:
+    """A copy of the flag list ``flags`` with the named flags' values replaced (``max_turns=6``: ``--max-turns 6``)."""
+    out = list(flags)
+    for name, value in values.items():
+        out[out.index("--" + name.replace("_", "-")) + 1] = str(value)
+    return out
+
+
 @dataclass
 class Arm:
     label: str
@@ -80,8 +88,7 @@ class Ablation:
     def train_args(self, arm: str, seed: int, out: Path, init_adapter: str | None = None) -> list[str]:
         loss = {**self.loss, **self.arms[arm].loss}
         init = init_adapter or self.init_adapter or "<SFT adapter>"
-        rl = list(RECIPE_RL)
-        rl[rl.index("--encoder") + 1] = self.encoder
+        rl = with_values(RECIPE_RL, encoder=self.encoder)
         return ["train", *self.base, "--init-adapter", init, *rl, *self.arms[arm].args,
                 "--loss-overrides", json.dumps(loss), "--seed", str(seed), "--no-progress", "--out", str(out)]
 

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ablate import EVAL, ROOT, finished, run_logged, train_stage, workbench  # noqa: E402  (bench/ is not a package)
+from ablate import EVAL, ROOT, finished, run_logged, train_stage, with_values, workbench  # noqa: E402  (bench/ is not a package)
 
 SHIPPED = "data/adapters/search_r1-sft-grpo"
 QUESTION_TYPES = '["1hop","compositional","comparison","inference","chain"]'  # chain: the 3- and 4-hop questions
@@ -65,10 +65,7 @@ def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
 
 def eval_args(max_turns: int, max_new_tokens: int) -> list[str]:
     """The ablations' held-out eval flags with this recipe's turns and tokens a turn."""
-    out = list(EVAL)
-    out[out.index("--max-turns") + 1] = str(max_turns)
-    out[out.index("--max-new-tokens") + 1] = str(max_new_tokens)
-    return out
+    return with_values(EVAL, max_turns=max_turns, max_new_tokens=max_new_tokens)
 
 
 def run_stage(kind: str, flags: list[str], home: Path, log: Path, dry: bool) -> Path:

@@ -109,13 +109,13 @@ def test_traces_with_turns_longer_than_the_rollout_budget_are_counted_and_warned
                                                                                  one_thread):
     """A trace whose policy turn is longer than ``max_new_tokens`` teaches turns that rollouts cut before the closing
     tag: the pool counts them and SFT says which budget fits."""
-    said = []
     tr = wm.trainer(_config(traces_run, max_new_tokens=8), run=tmp_path / "sft", progress=False)
-    tr._say = said.append
     tr.prepare()
     st = tr.pool_stats
     assert st.long_turns == 2 and st.longest_turn > 8
-    assert any(f"--max-new-tokens {st.longest_turn} or more" in line for line in said)
+    # on stderr even without progress output
+    said = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("warning: ") and f"--max-new-tokens {st.longest_turn} or more" in line for line in said)
     assert tr.run.config["sft_pool"]["longest_turn"] == st.longest_turn
     ok = wm.trainer(_config(traces_run, max_new_tokens=st.longest_turn), run=tmp_path / "sft2", progress=False)
     ok.prepare()

@@ -195,7 +195,7 @@ class SFTTrainer(Trainer):
         self._say(f"SFT pool: {self.pool_stats.n} trajectories {self.pool_stats.by_source}, hops "
                   f"{self.pool_stats.by_hops}{repeated}; left out {self.pool_stats.left_out}")
         if self.pool_stats.long_turns:
-            self._say(f"warning: {self.pool_stats.long_turns} of the {self.pool_stats.n} trajectories have a turn longer "
+            self._warn(f"{self.pool_stats.long_turns} of the {self.pool_stats.n} trajectories have a turn longer "
                       f"than --max-new-tokens {self.config.max_new_tokens} (the longest: {self.pool_stats.longest_turn} "
                       "tokens): the policy learns turns that its rollouts (RL, eval) cut short, before the closing tag; "
                       f"give this stage and the later ones --max-new-tokens {self.pool_stats.longest_turn} or more")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from workbench.rewards.features import save_features
+from workbench.rewards.preset import FeatureNeeds
 from workbench.rl.advantages import FilterStats
 from workbench.runs import Run
 from workbench.trajectory import Trajectory, save_trajectories
@@ -159,7 +160,7 @@ class FailedRewardsError(ValueError):
     """Too many trajectories of a step have a failed (NaN) reward to train on."""
 
 
-def missing_encoder(encoder: str, needs: Any) -> str:
+def missing_encoder(encoder: str, needs: FeatureNeeds) -> str:
     """What is lost when ``encoder`` is ``"none"`` but the reward declares embedding features (``needs.encoder``):
     a sentence naming the fix, or ``""``.
 
@@ -169,7 +170,7 @@ def missing_encoder(encoder: str, needs: Any) -> str:
     >>> missing_encoder("auto", FeatureNeeds(encoder=True)), missing_encoder("none", FeatureNeeds())
     ('', '')
     """
-    if encoder != "none" or not getattr(needs, "encoder", False):
+    if encoder != "none" or not needs.encoder:
         return ""
     return ('TrainConfig.encoder is "none", but the reward reads embedding features (query similarity, recall by '
             "embedding), which stay NaN without an encoder: pass --encoder auto (or a path)")

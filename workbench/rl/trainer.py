@@ -197,6 +197,11 @@ class Trainer:
         if self.rank == 0 and self.progress:
             print(msg, flush=True)
 
+    def _warn(self, msg: str) -> None:
+        """``warning: msg`` on stderr (rank 0), with or without progress output (``--no-progress`` hides ``_say``)."""
+        if self.rank == 0:
+            print(f"warning: {msg}", file=sys.stderr, flush=True)
+
     def step_seed(self, step: int, round_: int = 0) -> int:
         """The seed of step ``step``'s draw ``round_`` on this process: every random draw of a step comes from
         ``(seed, step, round, rank)``, so a resumed run draws what an uninterrupted one would."""
@@ -493,8 +498,8 @@ class Trainer:
         cfg = self.config
         total = cfg.steps if steps is None else steps
         self.begin()
-        if self.rank == 0 and (lost := missing_encoder(cfg.encoder, self.feature_needs)):
-            print(f"warning: {lost}", file=sys.stderr, flush=True)  # with or without progress output
+        if lost := missing_encoder(cfg.encoder, self.feature_needs):
+            self._warn(lost)
         bar = tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress)
         while self.step < total:
             row = self.train_step()
