@@ -9,6 +9,12 @@ Several runs may be given for either side (e.g. the dev eval and the test eval):
 
     .venv/bin/python bench/compare_methods.py SFT_DEV SFT_TEST --a search_r1+lora --b-run RL_DEV RL_TEST
 
+With ``--b-seed-runs`` (repeated, one per training seed) B is several seeds of one recipe, each question's value
+their mean, as ``bench/ablate.py`` pairs its arms: the start an RL stage left from against that stage's seeds.
+
+    .venv/bin/python bench/compare_methods.py SFT_DEV SFT_TEST --a m+lora --b m+lora \
+        --b-seed-runs RL0_DEV RL0_TEST --b-seed-runs RL1_DEV RL1_TEST
+
 ``--metric`` is a column of the runs' trajectories (``cem``, ``f1``, ``n_searches``...), of their
 ``features.parquet`` (``recall`` of the gold passages...), or ``redundant`` (searched more often than the question has
 hops) / ``extra_searches``.
@@ -46,6 +52,7 @@ from workbench.eval.paired import (
     align,
     markdown,
     mean_interval,
+    mean_over_seeds,
     paired_interval,
     paired_rows,
     pooled_scores,
@@ -70,6 +77,9 @@ def main() -> None:
     ap.add_argument("--reward-params", default="{}", metavar="JSON", help="the preset's parameters")
     ap.add_argument("--b-run", default=None, nargs="+",
                     help="read method B from these eval run(s) instead (pooled; paired with A by question id)")
+    ap.add_argument("--b-seed-runs", default=None, nargs="+", action="append", metavar="RUN",
+                    help="one training seed's eval run(s) of method B (pooled), instead of --b-run; repeat the flag "
+                         "once per seed: B is then each question's mean over the seeds, as bench/ablate.py pairs arms")
     ap.add_argument("--save", default=None, metavar="PATH",
                     help="also write the comparison as JSON (a folder gets comparison.json) for notebook 05")
     ap.add_argument("--name", default=None, help="the saved comparison's name (default: B vs A)")
@@ -79,6 +89,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.save and args.reward:
         raise SystemExit("compare_methods: --save stores a metric comparison; drop --reward or --save")
+    if args.b_run and args.b_seed_runs:
+        raise SystemExit("compare_methods: --b-run and --b-seed-runs both name B's runs; give one of them")
+    b_seeds = args.b_seed_runs or [args.b_run or args.run_dir]
 
     rubric = None
     try:
@@ -94,7 +107,8 @@ def main() -> None:
 
     try:
         a = pooled_scores(args.run_dir, args.a, args.metric, rubric)
-        b = pooled_scores(args.b_run or args.run_dir, args.b, args.metric, rubric)
+        per_seed = [pooled_scores(runs, args.b, args.metric, rubric) for runs in b_seeds]
+        b = mean_over_seeds(per_seed)
         a, b, unscored = align(a, b)  # nothing is unscored in a metric comparison, the only kind --save stores
     except CompareError as e:
         raise SystemExit(f"compare_methods: {e}") from None
@@ -104,12 +118,12 @@ def main() -> None:
     args.a_label, args.b_label = args.a_label or args.a, args.b_label or args.b
     print(markdown(paired_rows(a, b, proportion=not args.reward), args.a_label, args.b_label, args.metric))
     if args.save:
-        save(args, a, b)
+        save(args, a, b_seeds, per_seed)
 
 
-def save(args: argparse.Namespace, a: Any, b: Any) -> None:
-    """The comparison of the per-question tables ``a`` and ``b`` read above as ``comparison.json``
-    (``workbench.eval.paired.Comparison``, one seed a side) with its re-run command."""
+def save(args: argparse.Namespace, a: Any, b_seeds: list[list[str]], per_seed: list[Any]) -> None:
+    """The comparison of the per-question table ``a`` and B's per-seed tables read above as ``comparison.json``
+    (``workbench.eval.paired.Comparison``: A one seed, B one or more) with its re-run command."""
 
     path = Path(args.save)
     if path.suffix != ".json":
@@ -124,7 +138,7 @@ def save(args: argparse.Namespace, a: Any, b: Any) -> None:
             break
     cmd = " ".join(shlex.quote(arg) for arg in [".venv/bin/python", "bench/compare_methods.py", *argv])
     runs = {}
-    for r in dict.fromkeys([*args.run_dir, *(args.b_run or [])]):
+    for r in dict.fromkeys([*args.run_dir, *(r for runs in b_seeds for r in runs)]):
         try:
             cfg = json.loads((Path(r) / "config.json").read_text())
         except (OSError, ValueError):
@@ -135,7 +149,7 @@ def save(args: argparse.Namespace, a: Any, b: Any) -> None:
                                           "rollout_engine": cfg.get("rollout_engine")}.items() if v is not None}
     c = Comparison(args.name or f"{args.b_label} vs {args.a_label}", args.metric,
                    Side(args.a_label, args.a, [list(args.run_dir)]).store([a]),
-                   Side(args.b_label, args.b, [list(args.b_run or args.run_dir)]).store([b]), question=args.question,
+                   Side(args.b_label, args.b, [list(runs) for runs in b_seeds]).store(per_seed), question=args.question,
                    command=" && ".join(x for x in (args.runs_command, cmd) if x),
                    provenance={"machine": f"{os.cpu_count()} cores", "runs": runs})
     print(f"wrote {c.save(path)}")

@@ -364,9 +364,10 @@ def test_the_shipped_when_to_search_figures_are_what_readme_and_results_quote():
     c = paired.Comparison.load(home / "comparison.json")
     assert (c.a.label, c.b.label) == ("stage 1 only", "stage 1 then 2") and len(c.a.seeds) == len(c.b.seeds)
     assert sum(len(s) for s in c.b.seeds) == 180 * len(c.b.seeds)
-    if len(c.b.seeds) == 1:
-        assert "When-to-Search: stage 1 then 2 against stage 1 alone (seed 0 only so far)" in results
-    assert cell(home) in readme and cell(home) in results
+    title = "When-to-Search: stage 1 then 2 against stage 1 alone"
+    assert title in results
+    assert (f"{title} (seed 0 only so far)" in results) == (len(c.b.seeds) == 1)
+    assert cell(home) in readme and cell(home) in results and cell(home / "n_searches") in readme
     for metric, hops in (("", "1"), ("", "2"), ("", "3"), ("n_searches", "all"), ("n_searches", "2")):
         assert cell(home / metric, hops) in results, (metric, hops)
     for arm in ("stage1", "stages"):

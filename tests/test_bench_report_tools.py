@@ -133,6 +133,28 @@ def test_compare_methods_pools_the_runs_of_two_splits(tmp_path, monkeypatch, cap
         cm.main()
 
 
+def test_compare_methods_takes_b_as_the_mean_over_seeds(tmp_path, monkeypatch, capsys):
+    """One start (A) against two training seeds of B: each question's B value is its mean over the seeds, and the
+    saved comparison keeps both seeds' runs and tables, as ``bench/ablate.py`` saves an arm."""
+    from workbench.eval import paired
+
+    cm = _load("compare_methods")
+    a = _eval_run(tmp_path / "a", "m", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})
+    s0 = _eval_run(tmp_path / "s0", "m", {"q1": 1.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})
+    s1 = _eval_run(tmp_path / "s1", "m", {"q1": 1.0, "q2": 0.0, "q3": 1.0, "q4": 0.0})
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b", "m", "--b-seed-runs", str(s0),
+                                      "--b-seed-runs", str(s1), "--save", str(tmp_path / "res")])
+    cm.main()
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| all")]
+    assert rows and "| 0.250 " in rows[0] and "| 0.500 " in rows[0] and "+0.250" in rows[0]  # (2 + 2) / 2 of 4
+    c = paired.Comparison.load(tmp_path / "res" / "comparison.json")
+    assert c.b.runs == [[str(s0)], [str(s1)]] and len(c.b.seeds) == 2
+    assert list(c.seed_table()["mean"]) == [0.25, 0.5, 0.5]  # A, then B's two seeds
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b-run", str(s0), "--b-seed-runs", str(s1)])
+    with pytest.raises(SystemExit, match="--b-run and --b-seed-runs"):
+        cm.main()
+
+
 def test_ship_adapter_casts_to_bf16_and_names_both_stages(tmp_path, monkeypatch):
     import torch
     from safetensors.torch import load_file, save_file
