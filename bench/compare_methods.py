@@ -108,6 +108,10 @@ def main() -> None:
     try:
         a = pooled_scores(args.run_dir, args.a, args.metric, rubric)
         per_seed = [pooled_scores(runs, args.b, args.metric, rubric) for runs in b_seeds]
+        for runs, df in zip(b_seeds[1:], per_seed[1:]):  # a mean over seeds needs every seed on every question
+            if set(df.index) != set(per_seed[0].index):
+                raise CompareError(f"--b-seed-runs {' '.join(runs)} and {' '.join(b_seeds[0])} are not evals of the "
+                                   "same questions; give each seed's runs of the same split and limit")
         b = mean_over_seeds(per_seed)
         a, b, unscored = align(a, b)  # nothing is unscored in a metric comparison, the only kind --save stores
     except CompareError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -152,6 +153,11 @@ def test_compare_methods_takes_b_as_the_mean_over_seeds(tmp_path, monkeypatch, c
     assert list(c.seed_table()["mean"]) == [0.25, 0.5, 0.5]  # A, then B's two seeds
     monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b-run", str(s0), "--b-seed-runs", str(s1)])
     with pytest.raises(SystemExit, match="--b-run and --b-seed-runs"):
+        cm.main()
+    s2 = _eval_run(tmp_path / "s2", "m", {"q1": 1.0, "q2": 0.0, "q3": 1.0})  # a seed evaluated on fewer questions
+    monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b", "m", "--b-seed-runs", str(s0), "--b-seed-runs",
+                                      str(s2)])
+    with pytest.raises(SystemExit, match=re.escape(f"--b-seed-runs {s2} and {s0} are not evals of the same questions")):
         cm.main()
 
 
