@@ -60,7 +60,9 @@ def torch_runner(engine: str, threads: int):
 
     torch.set_num_threads(threads)
     model, tok = load_policy(device="cpu")
+    c = time.process_time()
     backend = make_backend(engine, model, tok)
+    print(f"# {engine}: backend built in {time.process_time() - c:.2f} CPU s (the int4 engine quantizes a copy)")
     backend.generate([tok.encode("warm up")], SamplingParams(max_new_tokens=4, temperature=0.0))
 
     def run(prompts: list[list[int]], new: int, temperature: float) -> int:

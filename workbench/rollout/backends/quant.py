@@ -60,11 +60,12 @@ def dequantize(q: Tensor, step: Tensor, low: Tensor, group: int = GROUP_SIZE) ->
     return (q.reshape(N, K // group, group).float() * step[..., None] + low[..., None]).reshape(N, K)
 
 
-def int4_step_error(w: Tensor, group: int = GROUP_SIZE) -> float:
+def int4_step_error(w: Tensor, group: int = GROUP_SIZE,
+                    groups: tuple[Tensor, Tensor, Tensor] | None = None) -> float:
     """Mean distance of ``w``'s entries to their group's int4 grid, in quantization steps: about 0.25 for weights that
     were never int4 (uniform rounding error), near 0 for a 4-bit model's (the default GGUF's Q4_1 layers: only the
-    bf16 rounding of the stored weights moves them off it)."""
-    q, step, low = int4_groups(w, group)
+    bf16 rounding of the stored weights moves them off it). ``groups``: ``int4_groups(w, group)`` if already made."""
+    q, step, low = groups if groups is not None else int4_groups(w, group)
     err = (dequantize(q, step, low, group) - w.float()).abs().reshape(step.shape[0], step.shape[1], group)
     live = step > 0
     return float((err / torch.where(live, step, torch.ones_like(step))[..., None])[live].mean()) if live.any() else 0.0
@@ -81,11 +82,14 @@ class Int4Weight:
     levels: int
 
     @classmethod
-    def quantize(cls, w: Tensor, levels: int = 1, group: int = GROUP_SIZE) -> Int4Weight:
+    def quantize(cls, w: Tensor, levels: int = 1, group: int = GROUP_SIZE,
+                 first: tuple[Tensor, Tensor, Tensor] | None = None) -> Int4Weight:
+        """``first``: ``int4_groups(w, group)`` if already made (the first level's grid)."""
         rest, qs, szs = w.detach().float(), [], []
-        for _ in range(levels):
-            q, step, low = int4_groups(rest, group)
-            rest = rest - dequantize(q, step, low, group)
+        for level in range(levels):
+            q, step, low = first if level == 0 and first is not None else int4_groups(rest, group)
+            if level + 1 < levels:  # the next level quantizes what this one leaves
+                rest = rest - dequantize(q, step, low, group)
             qs.append(q)
             # the kernel computes (q - 8) * scale + zero
             szs.append(torch.stack([step, low + 8 * step], -1).transpose(0, 1))
@@ -116,9 +120,10 @@ class QuantLinear(nn.Module):
         w = base.weight.detach()
         self.in_features, self.out_features = base.in_features, base.out_features
         self.decode_rows = decode_rows
-        self.step_error = int4_step_error(w)
+        grid = int4_groups(w)  # the first level's grid, which also measures how far ``w`` lies from it
+        self.step_error = int4_step_error(w, groups=grid)
         self.levels = levels or (1 if self.step_error < ON_GRID else 2)
-        self.int4 = Int4Weight.quantize(w, self.levels)
+        self.int4 = Int4Weight.quantize(w, self.levels, first=grid)
         self.weight16 = w.to(torch.bfloat16)
         self.bias = None if base.bias is None else base.bias.detach()
         self.lora = source if _lora_source(source) else None
