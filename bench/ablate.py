@@ -84,11 +84,14 @@ class Ablation:
     #: the sentence encoder of the reward's embedding features: the recipe has none (its reward matches titles);
     #: When-to-Search's r_s is the similarity of a rollout's queries, undefined (NaN) without one
     encoder: str = "none"
+    #: tokens a policy turn may hold in every stage (SFT, RL, eval): the recipe's 64, unless the cold start's expert
+    #: turns run longer (R-Search's evidence turn quotes the sentences it used: up to 130 tokens)
+    max_new_tokens: int = 64
 
     def train_args(self, arm: str, seed: int, out: Path, init_adapter: str | None = None) -> list[str]:
         loss = {**self.loss, **self.arms[arm].loss}
         init = init_adapter or self.init_adapter or "<SFT adapter>"
-        rl = with_values(RECIPE_RL, encoder=self.encoder)
+        rl = with_values(RECIPE_RL, encoder=self.encoder, max_new_tokens=self.max_new_tokens)
         return ["train", *self.base, "--init-adapter", init, *rl, *self.arms[arm].args,
                 "--loss-overrides", json.dumps(loss), "--seed", str(seed), "--no-progress", "--out", str(out)]
 
@@ -123,7 +126,8 @@ ABLATIONS: dict[str, Ablation] = {
         loss={"kl_coef": 0.0, "dynamic_filter": True, "filter_max_rounds": 1},
         arms={"evidence": Arm("r_ans + r_evid + r_fmt"),
               "no_evidence": Arm("r_ans + r_fmt", ["--reward-weights", '{"r_evid": 0}'])},
-        full="evidence", eval_method="rsearch_evidence+lora", init_adapter=None, cold_start_method="rsearch_evidence"),
+        full="evidence", eval_method="rsearch_evidence+lora", init_adapter=None, cold_start_method="rsearch_evidence",
+        max_new_tokens=160),
     "when_to_search_stages": Ablation(
         question="Learning When to Search: does switching to the stage-2 reward (a correct answer pays 1 − β·RC) "
                  "cut searches without losing accuracy, against staying in stage 1?",
@@ -133,7 +137,7 @@ ABLATIONS: dict[str, Ablation] = {
         arms={"stages": Arm("stage 1 then 2"),
               "stage1": Arm("stage 1 only", ["--stage-switch-searches", "1000000"])},  # the switch never fires
         full="stages", eval_method="when_to_search+lora", init_adapter=None, cold_start_method="when_to_search",
-        encoder="auto"),
+        encoder="auto", max_new_tokens=80),  # its traces' turns run to 75 tokens
 }
 
 
@@ -214,7 +218,8 @@ def cold_start(ab: Ablation, out: Path, log: Path, dry: bool) -> str:
         run_logged([workbench(), "expert", "--method", m, "--split", "train", "--hops", "1,2", "--no-progress",
                     "--out", str(home / "expert")], log, dry, arm="cold_start", seed=0, stage="expert")
         expert = finished(home / "expert") or home / "expert" / "<expert run>"
-    sft = train_stage([workbench(), "sft", "--method", m, "--traces", json.dumps([str(expert)]), *RECIPE_SFT,
+    sft_flags = with_values(RECIPE_SFT, max_new_tokens=ab.max_new_tokens)
+    sft = train_stage([workbench(), "sft", "--method", m, "--traces", json.dumps([str(expert)]), *sft_flags,
                        "--no-progress", "--out", str(home / "sft")], home / "sft", log, dry, arm="cold_start", seed=0,
                       stage="sft")
     return str(sft)
@@ -231,7 +236,8 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, 
         done = finished(home / "eval", name)
         if done is None:
             run_logged([workbench(), "eval", "--method", ab.eval_method, "--adapter", str(train), "--split", split,
-                        *EVAL, "--no-progress", "--out", str(home / "eval"), "--name", name], log, dry, arm=arm,
+                        *with_values(EVAL, max_new_tokens=ab.max_new_tokens), "--no-progress", "--out",
+                        str(home / "eval"), "--name", name], log, dry, arm=arm,
                        seed=seed, stage=f"eval {split}")
             done = finished(home / "eval", name) or home / "eval" / f"<{name} run>"
         evals.append(done)

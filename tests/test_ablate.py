@@ -82,6 +82,29 @@ def test_every_arm_is_a_valid_train_command_differing_only_in_its_part(name, tmp
         assert all(c.loss_overrides["num_mini_batches"] == 4 for c in configs.values())
 
 
+@pytest.mark.parametrize("name", [n for n, ab in _ablate().ABLATIONS.items() if ab.init_adapter is None])
+def test_the_cold_start_traces_fit_every_stages_turn_budget(name, world, tokenizer, tmp_path, monkeypatch, capsys):
+    """An ablation that makes its own cold start trains on expert traces of the 1- and 2-hop train questions; a turn
+    longer than the --max-new-tokens its SFT, RL and eval stages share would teach turns the rollouts cut before
+    the closing tag (R-Search's evidence turn runs to 130 tokens: the recipe's 64 cut nearly every answer)."""
+    from workbench.methods import get_method
+    from workbench.rl.expert import expert_traces
+    from workbench.tools.toolbox import build_toolbox
+
+    ab = _ablate().ABLATIONS[name]
+    method = get_method(ab.cold_start_method)
+    protocol = method.training_protocol()
+    train = world.split("train")
+    questions = [e for e in train if e.hops == 1][:6] + [e for e in train if e.hops == 2][:18]
+    res = expert_traces(questions, protocol, method.expert, build_toolbox(protocol, world, tokenizer=tokenizer),
+                        tokenizer, world, method=ab.cold_start_method)
+    assert len(res.trajectories) == len(questions)
+    longest = max(len(t.token_ids) for tr in res.trajectories for t in tr.turns if t.kind == "policy")
+    assert longest <= ab.max_new_tokens, (name, longest)
+    lines = _dry_run(monkeypatch, capsys, name, "--seeds", "0", "--out", str(tmp_path))
+    assert len(lines) == 2 + 3 * len(ab.arms) and all(f"--max-new-tokens {ab.max_new_tokens} " in x for x in lines if " expert " not in x)
+
+
 def _dry_run(monkeypatch, capsys, *argv: str) -> list[str]:
     """The commands ``bench/ablate.py ARGV --dry-run`` prints, one line each."""
     monkeypatch.setattr(sys, "argv", ["ablate", *argv, "--dry-run"])
