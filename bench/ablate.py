@@ -14,7 +14,7 @@ SFT stage, ~55 min on 2 cores) into ``OUT/<ablation>/cold_start/``, once, unless
 
 An arm × seed is trained into ``OUT/<ablation>/<arm>/seed<S>/train``, its adapter evaluated greedily on the
 world's dev and test splits into ``.../eval``; a finished train or eval run is reused, so an interrupted ablation
-continues where it stopped. ``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and
+continues where it stopped (one made with another ``--max-new-tokens`` than the ablation now gives is named). ``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and
 load average; ``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05; with
 three arms one per compared pair, ``OUT/<ablation>/<full>_vs_<arm>/comparison.json``) and ``comparison.md`` hold
 the paired table: per question the mean over seeds, the difference B − A with a bootstrap interval over
@@ -170,12 +170,30 @@ def interrupted(parent: Path) -> Path | None:
                 None)
 
 
+def check_reused(run: Path, cmd: list[str]) -> None:
+    """Say so when the finished run reused in place of ``cmd`` was made with another turn budget than ``cmd`` gives
+    (an ablation whose definition changed since): its figures keep the old budget until it is moved away."""
+    if "--max-new-tokens" not in cmd:
+        return
+    want = int(cmd[cmd.index("--max-new-tokens") + 1])
+    try:
+        cfg = json.loads((run / "config.json").read_text())
+    except (OSError, ValueError):
+        return
+    had = cfg.get("max_new_tokens", (cfg.get("eval") or {}).get("max_new_tokens"))
+    if had is not None and int(had) != want:
+        print(f"ablate: reusing {run}, made with --max-new-tokens {had}; this ablation now gives {want}: move the run "
+              f"away to redo it with {want}", flush=True)
+
+
 def train_stage(cmd: list[str], home: Path, log: Path, dry: bool, **meta: object) -> Path:
     """Run the training command ``cmd`` (``workbench sft|train ... --out HOME``) unless HOME holds a finished run;
     a run there that stopped midway continues from its newest checkpoint (``--resume``) instead of starting over.
     The finished run (a placeholder in a dry run)."""
     done = finished(home)
-    if done is None:
+    if done is not None:
+        check_reused(done, cmd)
+    else:
         left = interrupted(home)
         if left is not None:  # the run's own config holds the rest; the thread count is not in it
             threads = cmd[cmd.index("--threads") + 1] if "--threads" in cmd else "2"
@@ -233,12 +251,14 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, 
     evals = []
     for split in ("dev", "test"):
         name = f"{arm}-s{seed}-{split}"
+        cmd = [workbench(), "eval", "--method", ab.eval_method, "--adapter", str(train), "--split", split,
+               *with_values(EVAL, max_new_tokens=ab.max_new_tokens), "--no-progress", "--out", str(home / "eval"),
+               "--name", name]
         done = finished(home / "eval", name)
-        if done is None:
-            run_logged([workbench(), "eval", "--method", ab.eval_method, "--adapter", str(train), "--split", split,
-                        *with_values(EVAL, max_new_tokens=ab.max_new_tokens), "--no-progress", "--out",
-                        str(home / "eval"), "--name", name], log, dry, arm=arm,
-                       seed=seed, stage=f"eval {split}")
+        if done is not None:
+            check_reused(done, cmd)
+        else:
+            run_logged(cmd, log, dry, arm=arm, seed=seed, stage=f"eval {split}")
             done = finished(home / "eval", name) or home / "eval" / f"<{name} run>"
         evals.append(done)
     return evals

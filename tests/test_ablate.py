@@ -165,6 +165,28 @@ def test_a_finished_cold_start_is_reused_and_a_given_adapter_skips_it(tmp_path, 
     assert sum(f"--init-adapter {given}" in x for x in lines) == 2
 
 
+def test_a_reused_run_made_with_another_turn_budget_is_named(tmp_path, monkeypatch, capsys):
+    """A finished run made before the ablation's turn budget changed is reused, and the output says which run, the
+    two budgets and the fix; a reused run made with the budget the ablation gives says nothing."""
+    from workbench.runs import Run
+
+    home = tmp_path / "rsearch_evidence"
+    Run.create(home / "cold_start" / "expert", kind="expert", name="x", config={"kind": "expert"}).mark_complete()
+    old = Run.create(home / "cold_start" / "sft", kind="sft", name="s", config={"kind": "sft", "max_new_tokens": 64})
+    old.mark_complete()
+    same = Run.create(home / "evidence" / "seed0" / "eval", kind="eval", name="evidence-s0-dev",
+                      config={"kind": "eval", "eval": {"max_new_tokens": 160}})
+    same.mark_complete()
+    monkeypatch.setattr(sys, "argv", ["ablate", "rsearch_evidence", "--seeds", "0", "--out", str(tmp_path),
+                                      "--dry-run"])
+    _ablate().main()
+    out = capsys.readouterr().out
+    assert (f"ablate: reusing {old.path}, made with --max-new-tokens 64; this ablation now gives 160: move the run "
+            "away to redo it with 160") in out
+    assert f"reusing {same.path}" not in out and out.count("ablate: reusing") == 1
+    assert not any(x.endswith("--name evidence-s0-dev") for x in out.splitlines())  # reused, not run again
+
+
 def test_a_training_run_stopped_midway_continues_from_its_checkpoint(tmp_path, monkeypatch, capsys):
     """An arm's train run that stopped with a checkpoint is resumed (``--resume RUN``), not started over; one
     without a checkpoint (killed before its first save) is started over."""
