@@ -14,11 +14,12 @@ SFT stage, ~55 min on 2 cores) into ``OUT/<ablation>/cold_start/``, once, unless
 
 An arm × seed is trained into ``OUT/<ablation>/<arm>/seed<S>/train``, its adapter evaluated greedily on the
 world's dev and test splits into ``.../eval``; a finished train or eval run is reused, so an interrupted ablation
-continues where it stopped (one made with another ``--max-new-tokens`` than the ablation now gives is named). ``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and
-load average; ``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05; with
-three arms one per compared pair, ``OUT/<ablation>/<full>_vs_<arm>/comparison.json``) and ``comparison.md`` hold
-the paired table: per question the mean over seeds, the difference B − A with a bootstrap interval over
-questions, and each seed's mean beside it. Each arm is compared against the full one (B = the arm with every
+continues where it stopped (one made with another ``--max-new-tokens`` than the ablation now gives is named).
+``OUT/<ablation>/log.jsonl`` records every command with its commit, start, seconds and load average;
+``OUT/<ablation>/comparison.json`` (``workbench.eval.paired.Comparison``, shown by notebook 05; with three arms one
+per compared pair, ``OUT/<ablation>/<full>_vs_<arm>/comparison.json``) and ``comparison.md`` hold the paired table:
+per question the mean over seeds, the difference B − A with a bootstrap interval over questions, and each seed's
+mean beside it. Each arm is compared against the full one (B = the arm with every
 part, A = the arm without one).
 """
 
