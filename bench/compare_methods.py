@@ -52,11 +52,11 @@ from workbench.eval.paired import (
     align,
     markdown,
     mean_interval,
-    mean_over_seeds,
     paired_interval,
     paired_rows,
     pooled_scores,
     proportion_interval,
+    side_scores,
     wilson,
 )
 
@@ -107,12 +107,7 @@ def main() -> None:
 
     try:
         a = pooled_scores(args.run_dir, args.a, args.metric, rubric)
-        per_seed = [pooled_scores(runs, args.b, args.metric, rubric) for runs in b_seeds]
-        for runs, df in zip(b_seeds[1:], per_seed[1:]):  # a mean over seeds needs every seed on every question
-            if set(df.index) != set(per_seed[0].index):
-                raise CompareError(f"--b-seed-runs {' '.join(runs)} and {' '.join(b_seeds[0])} are not evals of the "
-                                   "same questions; give each seed's runs of the same split and limit")
-        b = mean_over_seeds(per_seed)
+        b, per_seed = side_scores(b_seeds, args.b, args.metric, rubric)  # the mean over seeds, as ablate.py's arms
         a, b, unscored = align(a, b)  # nothing is unscored in a metric comparison, the only kind --save stores
     except CompareError as e:
         raise SystemExit(f"compare_methods: {e}") from None

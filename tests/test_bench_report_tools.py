@@ -157,7 +157,7 @@ def test_compare_methods_takes_b_as_the_mean_over_seeds(tmp_path, monkeypatch, c
     s2 = _eval_run(tmp_path / "s2", "m", {"q1": 1.0, "q2": 0.0, "q3": 1.0})  # a seed evaluated on fewer questions
     monkeypatch.setattr(sys, "argv", ["cm", str(a), "--a", "m", "--b", "m", "--b-seed-runs", str(s0), "--b-seed-runs",
                                       str(s2)])
-    with pytest.raises(SystemExit, match=re.escape(f"--b-seed-runs {s2} and {s0} are not evals of the same questions")):
+    with pytest.raises(SystemExit, match=re.escape(f"the runs {s2} do not cover the same questions as {s0} (e.g. 'q4')")):
         cm.main()
 
 
