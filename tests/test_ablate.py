@@ -102,7 +102,8 @@ def test_the_cold_start_traces_fit_every_stages_turn_budget(name, world, tokeniz
     longest = max(len(t.token_ids) for tr in res.trajectories for t in tr.turns if t.kind == "policy")
     assert longest <= ab.max_new_tokens, (name, longest)
     lines = _dry_run(monkeypatch, capsys, name, "--seeds", "0", "--out", str(tmp_path))
-    assert len(lines) == 2 + 3 * len(ab.arms) and all(f"--max-new-tokens {ab.max_new_tokens} " in x for x in lines if " expert " not in x)
+    assert len(lines) == 2 + 3 * len(ab.arms)
+    assert all(f"--max-new-tokens {ab.max_new_tokens} " in x for x in lines if " expert " not in x)
 
 
 def _dry_run(monkeypatch, capsys, *argv: str) -> list[str]:

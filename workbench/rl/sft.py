@@ -196,9 +196,9 @@ class SFTTrainer(Trainer):
                   f"{self.pool_stats.by_hops}{repeated}; left out {self.pool_stats.left_out}")
         if self.pool_stats.long_turns:
             self._warn(f"{self.pool_stats.long_turns} of the {self.pool_stats.n} trajectories have a turn longer "
-                      f"than --max-new-tokens {self.config.max_new_tokens} (the longest: {self.pool_stats.longest_turn} "
-                      "tokens): the policy learns turns that its rollouts (RL, eval) cut short, before the closing tag; "
-                      f"give this stage and the later ones --max-new-tokens {self.pool_stats.longest_turn} or more")
+                       f"than --max-new-tokens {self.config.max_new_tokens} (the longest: {self.pool_stats.longest_turn} "
+                       "tokens): the policy learns turns that its rollouts (RL, eval) cut short, before the closing tag; "
+                       f"give this stage and the later ones --max-new-tokens {self.pool_stats.longest_turn} or more")
         return self.pool
 
     def collect_pool(self) -> list[Trajectory]:
