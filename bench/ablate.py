@@ -245,13 +245,17 @@ def cold_start(ab: Ablation, out: Path, log: Path, dry: bool) -> str:
 
 
 def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, init: str | None) -> list[Path]:
-    """Train (unless finished) and evaluate (each split unless finished) one arm × seed; the eval runs."""
+    """Train (unless finished) and evaluate (each split unless finished) one arm × seed; the eval runs. Where both
+    evals are finished the training run is not needed (it may be absent: eval runs copied from another machine)."""
     home = out / arm / f"seed{seed}"
-    train = train_stage([workbench(), *ab.train_args(arm, seed, home / "train", init)], home / "train", log, dry,
-                        arm=arm, seed=seed, stage="train")
+    names = {split: f"{arm}-s{seed}-{split}" for split in ("dev", "test")}
+    if all(finished(home / "eval", n) for n in names.values()):
+        train = home / "train" / "<train run>"
+    else:
+        train = train_stage([workbench(), *ab.train_args(arm, seed, home / "train", init)], home / "train", log, dry,
+                            arm=arm, seed=seed, stage="train")
     evals = []
-    for split in ("dev", "test"):
-        name = f"{arm}-s{seed}-{split}"
+    for split, name in names.items():
         cmd = [workbench(), "eval", "--method", ab.eval_method, "--adapter", str(train), "--split", split,
                *with_values(EVAL, max_new_tokens=ab.max_new_tokens), "--no-progress", "--out", str(home / "eval"),
                "--name", name]

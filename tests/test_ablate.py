@@ -205,6 +205,16 @@ def test_a_training_run_stopped_midway_continues_from_its_checkpoint(tmp_path, m
     assert "--init-adapter" in next(x for x in trains if "--resume" not in x)  # dspo: no checkpoint, a fresh start
 
 
+def test_a_seed_evaluated_on_both_splits_is_not_trained_again(tmp_path, monkeypatch, capsys):
+    """Eval runs copied without their training run (from another machine, or shipped): that arm × seed is reused as
+    it is; a seed with one split evaluated still trains (its adapter is needed for the other split)."""
+    _arm_runs(tmp_path, "acc_gain", 0, {"d1": 1.0}, {"t1": 1.0}, 1.0)
+    _eval_run(tmp_path / "dynasearcher_gain" / "acc_only" / "seed0" / "eval", "acc_only-s0-dev", {"d1": 0.0})
+    lines = _dry_run(monkeypatch, capsys, "dynasearcher_gain", "--seeds", "0", "--out", str(tmp_path))
+    assert not any("acc_gain" in x for x in lines)  # neither trained nor evaluated again
+    assert [x.split()[3] for x in lines] == ["train", "eval"] and "acc_only-s0-test" in lines[1]
+
+
 def _arm_runs(out: Path, arm: str, seed: int, dev: dict[str, float], test: dict[str, float], searches: float,
              ablation: str = "dynasearcher_gain") -> None:
     home = out / ablation / arm / f"seed{seed}" / "eval"
