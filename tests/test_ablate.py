@@ -429,3 +429,35 @@ def test_the_shipped_when_to_search_figures_are_what_readme_and_results_quote():
     for arm in ("stage1", "stages"):
         assert cell(home / f"sft_vs_{arm}") in results and cell(home / f"sft_vs_{arm}" / "n_searches") in results
         assert cell(home / f"sft_vs_{arm}", "2") in results
+
+
+def test_the_shipped_rsearch_evidence_figures_are_what_readme_and_results_quote():
+    """R-Search's evidence ablation and each arm against its SFT start: the paired differences RESULTS and the
+    README quote, recomputed from the shipped comparison files; RESULTS says how many seeds they hold, and the seed
+    runs shipped beside them are the ones the comparison read."""
+    root = BENCH.parent
+    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    home = root / "data" / "results" / "rsearch_evidence"
+
+    def cell(folder: Path, hops: str = "all") -> str:
+        r = paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops]
+        return f"{r['diff']:+.3f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]".replace("-", "−")
+
+    c = paired.Comparison.load(home / "comparison.json")
+    assert (c.a.label, c.b.label) == ("r_ans + r_fmt", "r_ans + r_evid + r_fmt") and len(c.a.seeds) == len(c.b.seeds)
+    assert sum(len(s) for s in c.b.seeds) == 180 * len(c.b.seeds)
+    title = "R-Search: the evidence reward against none"
+    assert title in results
+    assert (f"{title} (seed 0 only so far)" in results) == (len(c.b.seeds) == 1)
+    assert cell(home) in readme and cell(home) in results and cell(home / "n_searches") in results
+    for metric, hops in (("", "1"), ("", "2"), ("", "3"), ("n_searches", "2")):
+        assert cell(home / metric, hops) in results, (metric, hops)
+    for arm in ("evidence", "no_evidence"):
+        assert cell(home / f"sft_vs_{arm}") in results and cell(home / f"sft_vs_{arm}" / "n_searches") in results
+    shipped = {p.name for p in (home / "seed_runs").glob("*/seed*/eval/*") if (p / "trajectories.parquet").is_file()}
+    assert shipped == {Path(r).name for side in (c.a, c.b) for seed in side.runs for r in seed}
+    for side in (c.a, c.b):  # each seed's stored values are what its shipped runs give
+        for runs, stored in zip(side.runs, side.frames()):
+            local = [home / "seed_runs" / Path(r).relative_to("runs/ablations/rsearch_evidence") for r in runs]
+            pd.testing.assert_frame_equal(paired.pooled_scores(local, side.method).sort_index(), stored.sort_index(),
+                                          check_dtype=False)

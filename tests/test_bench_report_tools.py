@@ -203,7 +203,7 @@ def test_compare_methods_intervals_are_scipys():
     assert all(np.isnan(cm.mean_interval(np.array([]))))
 
 
-@pytest.mark.parametrize("adapter", ["search_r1-sft", "search_r1-sft-grpo"])
+@pytest.mark.parametrize("adapter", sorted(p.name for p in (BENCH.parent / "data" / "adapters").iterdir() if p.is_dir()))
 def test_a_shipped_adapters_command_rebuilds_its_config(adapter):
     """provenance.json's ``command`` parsed by the real CLI gives the recorded config back, field for field."""
     import dataclasses
