@@ -249,7 +249,8 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, 
     evals are finished the training run is not needed (it may be absent: eval runs copied from another machine)."""
     home = out / arm / f"seed{seed}"
     names = {split: f"{arm}-s{seed}-{split}" for split in ("dev", "test")}
-    if all(finished(home / "eval", n) for n in names.values()):
+    done = {split: finished(home / "eval", name) for split, name in names.items()}
+    if all(done.values()):
         train = home / "train" / "<train run>"
     else:
         train = train_stage([workbench(), *ab.train_args(arm, seed, home / "train", init)], home / "train", log, dry,
@@ -259,13 +260,13 @@ def run_arm(ab: Ablation, arm: str, seed: int, out: Path, log: Path, dry: bool, 
         cmd = [workbench(), "eval", "--method", ab.eval_method, "--adapter", str(train), "--split", split,
                *with_values(EVAL, max_new_tokens=ab.max_new_tokens), "--no-progress", "--out", str(home / "eval"),
                "--name", name]
-        done = finished(home / "eval", name)
-        if done is not None:
-            check_reused(done, cmd)
+        run = done[split]
+        if run is not None:
+            check_reused(run, cmd)
         else:
             run_logged(cmd, log, dry, arm=arm, seed=seed, stage=f"eval {split}")
-            done = finished(home / "eval", name) or home / "eval" / f"<{name} run>"
-        evals.append(done)
+            run = finished(home / "eval", name) or home / "eval" / f"<{name} run>"
+        evals.append(run)
     return evals
 
 

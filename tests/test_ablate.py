@@ -373,16 +373,40 @@ def test_a_three_arm_ablation_compares_each_arm_run_so_far_against_the_full_one(
     assert c.rows().set_index("hops").loc["all", "diff"] == pytest.approx(2 / 3)
 
 
+def _diff_cell(row: pd.Series) -> str:
+    """A paired difference as RESULTS and the README write it: ``+0.017 [−0.02, +0.05]``."""
+    return f"{row['diff']:+.3f} [{row['diff_lo']:+.2f}, {row['diff_hi']:+.2f}]".replace("-", "−")
+
+
+def _cell(folder: Path, hops: str = "all") -> str:
+    """The paired difference of the shipped comparison in ``folder`` on the hop level ``hops``."""
+    return _diff_cell(paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops])
+
+
+def _shipped_texts() -> tuple[str, str]:
+    root = BENCH.parent
+    return (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+
+
+def _check_arms(home: Path, labels: tuple[str, str], title: str, results: str) -> paired.Comparison:
+    """The shipped two-arm comparison in ``home``: its arms' labels (A, B), 180 questions a seed on each side, and
+    RESULTS' section ``title`` saying "(seed 0 only so far)" exactly when it holds one seed."""
+    c = paired.Comparison.load(home / "comparison.json")
+    assert (c.a.label, c.b.label) == labels and len(c.a.seeds) == len(c.b.seeds)
+    assert sum(len(s) for s in c.b.seeds) == 180 * len(c.b.seeds)
+    assert title in results
+    assert (f"{title} (seed 0 only so far)" in results) == (len(c.b.seeds) == 1)
+    return c
+
+
 def test_the_shipped_ablation_figures_are_what_readme_and_results_quote():
     """The numbers the README and RESULTS quote for DynaSearcher's ablation are recomputed from the shipped
     comparison files (per-question scores of both arms and seeds)."""
     root = BENCH.parent
-    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    readme, results = _shipped_texts()
 
     def diff(metric: str, hops: str = "all") -> str:
-        folder = root / "data" / "results" / "dynasearcher_gain" / ("" if metric == "cem" else metric)
-        r = paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops]
-        return f"{r['diff']:+.3f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]".replace("-", "−")
+        return _cell(root / "data" / "results" / "dynasearcher_gain" / ("" if metric == "cem" else metric), hops)
 
     for metric, hops in (("cem", "all"), ("recall", "all"), ("n_searches", "all"), ("cem", "1")):
         assert diff(metric, hops) in readme and diff(metric, hops) in results, (metric, hops)
@@ -395,13 +419,12 @@ def test_the_shipped_dspo_figures_are_what_readme_and_results_quote():
     """DSPO's ablation: the paired differences RESULTS' table and the README quote, recomputed from the shipped
     comparison files (two seeds a side)."""
     root = BENCH.parent
-    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    readme, results = _shipped_texts()
     for other, seeds in (("gspo", 2), ("dapo", 2)):
         c = paired.Comparison.load(root / "data" / "results" / "dspo_parts" / f"dspo_vs_{other}" / "comparison.json")
         assert len(c.a.seeds) == len(c.b.seeds) == seeds and c.b.label == "DSPO"
         rows = c.rows().set_index("hops")
-        cells = [f"{rows.loc[h, 'diff']:+.3f} [{rows.loc[h, 'diff_lo']:+.2f}, {rows.loc[h, 'diff_hi']:+.2f}]".replace("-", "−")
-                 for h in ("all", "1", "2")]
+        cells = [_diff_cell(rows.loc[h]) for h in ("all", "1", "2")]
         assert " | ".join(cells) in results, (other, cells)
         assert cells[0] in readme
 
@@ -409,51 +432,31 @@ def test_the_shipped_dspo_figures_are_what_readme_and_results_quote():
 def test_the_shipped_when_to_search_figures_are_what_readme_and_results_quote():
     """When-to-Search's ablation and each arm against its SFT start: the paired differences RESULTS and the README
     quote, recomputed from the shipped comparison files; RESULTS says how many seeds they hold."""
-    root = BENCH.parent
-    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
-    home = root / "data" / "results" / "when_to_search_stages"
-
-    def cell(folder: Path, hops: str = "all") -> str:
-        r = paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops]
-        return f"{r['diff']:+.3f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]".replace("-", "−")
-
-    c = paired.Comparison.load(home / "comparison.json")
-    assert (c.a.label, c.b.label) == ("stage 1 only", "stage 1 then 2") and len(c.a.seeds) == len(c.b.seeds)
-    assert sum(len(s) for s in c.b.seeds) == 180 * len(c.b.seeds)
-    title = "When-to-Search: stage 1 then 2 against stage 1 alone"
-    assert title in results
-    assert (f"{title} (seed 0 only so far)" in results) == (len(c.b.seeds) == 1)
-    assert cell(home) in readme and cell(home) in results and cell(home / "n_searches") in readme
+    readme, results = _shipped_texts()
+    home = BENCH.parent / "data" / "results" / "when_to_search_stages"
+    _check_arms(home, ("stage 1 only", "stage 1 then 2"), "When-to-Search: stage 1 then 2 against stage 1 alone",
+                results)
+    assert _cell(home) in readme and _cell(home) in results and _cell(home / "n_searches") in readme
     for metric, hops in (("", "1"), ("", "2"), ("", "3"), ("n_searches", "all"), ("n_searches", "2")):
-        assert cell(home / metric, hops) in results, (metric, hops)
+        assert _cell(home / metric, hops) in results, (metric, hops)
     for arm in ("stage1", "stages"):
-        assert cell(home / f"sft_vs_{arm}") in results and cell(home / f"sft_vs_{arm}" / "n_searches") in results
-        assert cell(home / f"sft_vs_{arm}", "2") in results
+        assert _cell(home / f"sft_vs_{arm}") in results and _cell(home / f"sft_vs_{arm}" / "n_searches") in results
+        assert _cell(home / f"sft_vs_{arm}", "2") in results
 
 
 def test_the_shipped_rsearch_evidence_figures_are_what_readme_and_results_quote():
     """R-Search's evidence ablation and each arm against its SFT start: the paired differences RESULTS and the
     README quote, recomputed from the shipped comparison files; RESULTS says how many seeds they hold, and the seed
     runs shipped beside them are the ones the comparison read."""
-    root = BENCH.parent
-    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
-    home = root / "data" / "results" / "rsearch_evidence"
-
-    def cell(folder: Path, hops: str = "all") -> str:
-        r = paired.Comparison.load(folder / "comparison.json").rows().set_index("hops").loc[hops]
-        return f"{r['diff']:+.3f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]".replace("-", "−")
-
-    c = paired.Comparison.load(home / "comparison.json")
-    assert (c.a.label, c.b.label) == ("r_ans + r_fmt", "r_ans + r_evid + r_fmt") and len(c.a.seeds) == len(c.b.seeds)
-    assert sum(len(s) for s in c.b.seeds) == 180 * len(c.b.seeds)
-    title = "R-Search: the evidence reward against none"
-    assert title in results
-    assert (f"{title} (seed 0 only so far)" in results) == (len(c.b.seeds) == 1)
-    assert cell(home) in readme and cell(home) in results and cell(home / "n_searches") in results
+    readme, results = _shipped_texts()
+    home = BENCH.parent / "data" / "results" / "rsearch_evidence"
+    c = _check_arms(home, ("r_ans + r_fmt", "r_ans + r_evid + r_fmt"), "R-Search: the evidence reward against none",
+                    results)
+    assert _cell(home) in readme and _cell(home) in results and _cell(home / "n_searches") in results
     for metric, hops in (("", "1"), ("", "2"), ("", "3"), ("n_searches", "2")):
-        assert cell(home / metric, hops) in results, (metric, hops)
+        assert _cell(home / metric, hops) in results, (metric, hops)
     for arm in ("evidence", "no_evidence"):
-        assert cell(home / f"sft_vs_{arm}") in results and cell(home / f"sft_vs_{arm}" / "n_searches") in results
+        assert _cell(home / f"sft_vs_{arm}") in results and _cell(home / f"sft_vs_{arm}" / "n_searches") in results
     shipped = {p.name for p in (home / "seed_runs").glob("*/seed*/eval/*") if (p / "trajectories.parquet").is_file()}
     assert shipped == {Path(r).name for side in (c.a, c.b) for seed in side.runs for r in seed}
     for side in (c.a, c.b):  # each seed's stored values are what its shipped runs give
