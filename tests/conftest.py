@@ -50,6 +50,26 @@ def hf_backend(policy):
 
 
 @pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, tokenizer):
+    """A random-init model of the default model's architecture (its config with 2 layers of width 64) and its
+    tokenizer, as a local model directory: the training loop's mechanics at a fraction of the real model's cost
+    (the real model trains in the notebook, regression-suite and end-to-end tests)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workbench.models import resolve_model_path
+
+    cfg = AutoConfig.from_pretrained(resolve_model_path())
+    cfg.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 16})
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("tiny-model")
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    tokenizer.save_pretrained(d)
+    return str(d)
+
+
+@pytest.fixture(scope="session")
 def world():
     from workbench.data.world import load_world
 

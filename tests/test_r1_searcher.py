@@ -127,10 +127,11 @@ def test_eval_run_shows_in_the_inspector_and_playground(tmp_path, tokenizer, wor
 
 
 @pytest.mark.slow
-def test_two_step_training_smoke(tmp_path, one_thread):
-
+def test_two_step_training_smoke(tmp_path, one_thread, tiny_model):
+    """The method's training declaration runs two steps (on the random-init model of the default architecture:
+    the mechanics, not what the real model learns)."""
     cfg = wm.get_method("r1_searcher").train_config(steps=2, questions_per_step=2, group_size=2, max_turns=2,
-                                  max_new_tokens=24, eval_limit=0, save_every=0)
+                                  max_new_tokens=24, eval_limit=0, save_every=0, model=tiny_model)
     run = wm.trainer(cfg, run=tmp_path / "run", progress=False).train()
     m = run.metrics()
     assert m["steps"] == 2 and m["preset"] == "reinforce_pp"

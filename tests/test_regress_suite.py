@@ -75,13 +75,60 @@ def test_a_baseline_taken_in_this_checkout_names_its_commit():
     assert head.stdout.startswith(taken["commit"]) and isinstance(taken["dirty"], bool)
 
 
-@pytest.mark.slow
-def test_the_regression_suite_passes(tmp_path):
-    """Every case of the real suite: the tiny demo (the real model), then each notebook through papermill."""
+@pytest.fixture(scope="module")
+def regress_run(tmp_path_factory):
+    """The real suite, run once for this module: its report and what the say() callback printed."""
     lines: list[str] = []
-    report = run_regress(SUITE, out=tmp_path / "regress", say=lines.append)
+    report = run_regress(SUITE, out=tmp_path_factory.mktemp("regress") / "regress", say=lines.append)
+    return report, lines
+
+
+@pytest.mark.slow
+def test_the_regression_suite_passes(regress_run):
+    """Every case of the real suite: the tiny demo (the real model), then each notebook through papermill."""
+    report, lines = regress_run
     bad = [f"{c.name}: {c.status} - {c.note or (c.error or {}).get('evalue', '')}" for c in report.cases
            if c.status != "pass"]
     assert not bad and not report.failed, (
         "the notebook regression suite failed; report: " + str(Path(report.out_dir) / "report.md") + "\n"
         + "\n".join(bad) + "\n\n" + "\n".join(lines))
+
+
+@pytest.mark.slow
+def test_the_training_notebook_writes_its_figures_and_resumes_its_run(regress_run, tmp_path):
+    """The suite's training case (two LoRA DSPO steps on the real model in notebook 04) wrote its figures and the
+    held-out score before and after; notebook 04 then continues that run from its newest checkpoint."""
+    from workbench.notebooks import execute_notebook
+
+    report, _ = regress_run
+    out = Path(report.out_dir) / "cases" / "lora_training_tiny"
+    m = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert m["steps"] == 2 and m["n_step_rows"] == 2
+    assert "eval_cem_before" in m and "eval_cem_after" in m
+    assert (out / "training_curves.html").exists() and (out / "phase_times.html").exists()
+    resumed = tmp_path / "resumed"
+    execute_notebook("04_lora_grpo_training", tmp_path / "04b.ipynb",
+                     {"steps": 3, "resume_dir": m["run_dir"], "out_dir": str(resumed)})
+    m2 = json.loads((resumed / "metrics.json").read_text(encoding="utf-8"))
+    assert m2["steps"] == 3 and m2["checkpoint"] == "step_000003"
+
+
+@pytest.mark.slow
+def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path):
+    """A user's first two notebooks in a row: the suite's quickstart case evaluated the real model into an eval
+    run under its out_dir, and notebook 05 pointed at that run's folder shows it."""
+    from workbench.notebooks import execute_notebook
+
+    report, _ = regress_run
+    qs = Path(report.out_dir) / "cases" / "quickstart_tiny"
+    m = json.loads((qs / "metrics.json").read_text(encoding="utf-8"))
+    assert m["n_trajectories"] == 4
+    assert m["direct.n"] == 2 and m["search_r1.n"] == 2 and m["direct.n_searches"] == 0
+    runs = [p.parent for p in qs.rglob("trajectories.parquet")]
+    assert len(runs) == 1, "the quickstart writes one eval run"
+    dash = tmp_path / "dash"
+    execute_notebook("05_results_dashboard", tmp_path / "05.ipynb",
+                     {"runs_dir": str(runs[0].parent), "out_dir": str(dash)})
+    d = json.loads((dash / "metrics.json").read_text(encoding="utf-8"))
+    assert d["n_runs"] == 1 and d["n_trajectories"] == 4
+    assert (dash / "dashboard.html").exists()

@@ -54,7 +54,7 @@ def test_cli_has_the_commands():
     assert a.init_adapter == "runs/sft-x"
 
 
-# ============================================================================ with the default model
+# ================================ on the random-init model of the default architecture (conftest.tiny_model)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +74,9 @@ def traces_run(world, tokenizer, tmp_path_factory):
     return write_expert_run(res, "search_r1", protocol, out=tmp_path_factory.mktemp("expert")).path
 
 
-def _config(traces_run, **kw):
+def _config(traces_run, model, **kw):
     base = dict(method="search_r1", protocol_kwargs=SMALL, traces=[str(traces_run)], max_traces=2, steps=3, batch_size=1,
-                micro_batch_size=1, lr=5e-4, eval_limit=0, save_every=0, device="cpu", max_new_tokens=48)
+                micro_batch_size=1, lr=5e-4, eval_limit=0, save_every=0, device="cpu", max_new_tokens=48, model=model)
     return wm.train_config(base.pop("method"), SFTConfig, **{**base, **kw})
 
 
@@ -85,31 +85,31 @@ def _adapter(trainer):
 
 
 @pytest.fixture(scope="module")
-def trained(traces_run, tmp_path_factory, one_thread):
+def trained(traces_run, tmp_path_factory, one_thread, tiny_model):
     """3 SFT steps; the pool's loss before and after."""
-    tr = wm.trainer(_config(traces_run), run=tmp_path_factory.mktemp("sft"), progress=False)
+    tr = wm.trainer(_config(traces_run, tiny_model), run=tmp_path_factory.mktemp("sft"), progress=False)
     pool = tr.prepare()
     before = tr.eval_loss(pool)
     run = tr.train()
     return tr, run, before, tr.eval_loss(pool)
 
 
-def test_hop_repeats_repeat_the_traces_of_those_hops(traces_run, tmp_path, one_thread):
+def test_hop_repeats_repeat_the_traces_of_those_hops(traces_run, tmp_path, one_thread, tiny_model):
     """``--hop-repeats '{"1": 3}'``: each one-hop trace comes up three times an epoch; the pool itself is unchanged."""
     from workbench.cli import build_parser
 
     assert build_parser().parse_args(["sft", "--hop-repeats", '{"3": 3, "4": 3}']).hop_repeats == {"3": 3, "4": 3}
-    tr = wm.trainer(_config(traces_run, hop_repeats={"1": 3}), run=tmp_path / "sft", progress=False)
+    tr = wm.trainer(_config(traces_run, tiny_model, hop_repeats={"1": 3}), run=tmp_path / "sft", progress=False)
     pool = tr.prepare()
     assert len(pool) == 2 and len(tr.data.examples) == 6
     assert sorted(t.id for t in tr.data.take(6)) == sorted([t.id for t in pool] * 3)
 
 
 def test_traces_with_turns_longer_than_the_rollout_budget_are_counted_and_warned(traces_run, tmp_path, capsys,
-                                                                                 one_thread):
+                                                                                 one_thread, tiny_model):
     """A trace whose policy turn is longer than ``max_new_tokens`` teaches turns that rollouts cut before the closing
     tag: the pool counts them and SFT says which budget fits."""
-    tr = wm.trainer(_config(traces_run, max_new_tokens=8), run=tmp_path / "sft", progress=False)
+    tr = wm.trainer(_config(traces_run, tiny_model, max_new_tokens=8), run=tmp_path / "sft", progress=False)
     tr.prepare()
     st = tr.pool_stats
     assert st.long_turns == 2 and st.longest_turn > 8
@@ -117,7 +117,7 @@ def test_traces_with_turns_longer_than_the_rollout_budget_are_counted_and_warned
     said = capsys.readouterr().err.splitlines()
     assert any(line.startswith("warning: ") and f"--max-new-tokens {st.longest_turn} or more" in line for line in said)
     assert tr.run.config["sft_pool"]["longest_turn"] == st.longest_turn
-    ok = wm.trainer(_config(traces_run, max_new_tokens=st.longest_turn), run=tmp_path / "sft2", progress=False)
+    ok = wm.trainer(_config(traces_run, tiny_model, max_new_tokens=st.longest_turn), run=tmp_path / "sft2", progress=False)
     ok.prepare()
     assert ok.pool_stats.long_turns == 0
 
@@ -138,9 +138,9 @@ def test_sft_lowers_the_loss_on_its_traces(trained):
 
 
 @pytest.mark.slow
-def test_sft_resume_is_exact(trained, traces_run, tmp_path, one_thread):
+def test_sft_resume_is_exact(trained, traces_run, tmp_path, one_thread, tiny_model):
     tr, _, _, _ = trained
-    first = wm.trainer(_config(traces_run, steps=2), run=tmp_path, progress=False)
+    first = wm.trainer(_config(traces_run, tiny_model, steps=2), run=tmp_path, progress=False)
     run = first.train()  # checkpoint at step 2
     resumed = wm.resume(run.path, progress=False, steps=3)
     assert resumed.step == 2 and resumed.data.state_dict() == first.data.state_dict()
@@ -152,11 +152,10 @@ def test_sft_resume_is_exact(trained, traces_run, tmp_path, one_thread):
 
 
 @pytest.mark.slow
-def test_init_adapter_starts_rl_from_sft(trained, one_thread, tmp_path):
-
+def test_init_adapter_starts_rl_from_sft(trained, one_thread, tmp_path, tiny_model):
     tr, run, _, _ = trained
     cfg = wm.get_method("search_r1").train_config(protocol_kwargs=SMALL, init_adapter=str(run.path), device="cpu",
-                                  steps=1, eval_limit=0)
+                                                  steps=1, eval_limit=0, model=tiny_model)
     rl = wm.trainer(cfg, run=tmp_path, progress=False)
     a, b = _adapter(tr), _adapter(rl)
     for k in a:

@@ -19,23 +19,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory, tokenizer):
-    """A 2-layer random-init Llama with the default model's tokenizer (mechanics only, fast)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    d = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(cfg).save_pretrained(d)
-    tokenizer.save_pretrained(d)
-    return d
-
-
 @pytest.mark.slow
-def test_two_processes_average_gradients_and_stay_in_step(tiny_llama, tmp_path):
+def test_two_processes_average_gradients_and_stay_in_step(tiny_model, tmp_path):
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         pytest.skip("accelerate is not installed")
@@ -44,7 +29,7 @@ def test_two_processes_average_gradients_and_stay_in_step(tiny_llama, tmp_path):
     # (`accelerate launch --cpu` with several processes needs MPI.)
     cmd = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
            "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-           str(Path(__file__).with_name("dist_worker.py")), str(tiny_llama), str(tmp_path)]
+           str(Path(__file__).with_name("dist_worker.py")), tiny_model, str(tmp_path)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     r0, r1 = (torch.load(tmp_path / f"rank{i}.pt", weights_only=True) for i in (0, 1))
