@@ -94,15 +94,20 @@ def test_the_regression_suite_passes(regress_run):
         + "\n".join(bad) + "\n\n" + "\n".join(lines))
 
 
+def _case(report, name: str):
+    """The suite's case ``name`` as the report holds it: its parameters (``out_dir`` among them) and the
+    ``metrics.json`` values it wrote."""
+    (case,) = [c for c in report.cases if c.name == name]
+    return Path(case.parameters["out_dir"]), case.values
+
+
 @pytest.mark.slow
 def test_the_training_notebook_writes_its_figures_and_resumes_its_run(regress_run, tmp_path):
     """The suite's training case (two LoRA DSPO steps on the real model in notebook 04) wrote its figures and the
     held-out score before and after; notebook 04 then continues that run from its newest checkpoint."""
     from workbench.notebooks import execute_notebook
 
-    report, _ = regress_run
-    out = Path(report.out_dir) / "cases" / "lora_training_tiny"
-    m = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    out, m = _case(regress_run[0], "lora_training_tiny")
     assert m["steps"] == 2 and m["n_step_rows"] == 2
     assert "eval_cem_before" in m and "eval_cem_after" in m
     assert (out / "training_curves.html").exists() and (out / "phase_times.html").exists()
@@ -119,9 +124,7 @@ def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path)
     run under its out_dir, and notebook 05 pointed at that run's folder shows it."""
     from workbench.notebooks import execute_notebook
 
-    report, _ = regress_run
-    qs = Path(report.out_dir) / "cases" / "quickstart_tiny"
-    m = json.loads((qs / "metrics.json").read_text(encoding="utf-8"))
+    qs, m = _case(regress_run[0], "quickstart_tiny")
     assert m["n_trajectories"] == 4
     assert m["direct.n"] == 2 and m["search_r1.n"] == 2 and m["direct.n_searches"] == 0
     runs = [p.parent for p in qs.rglob("trajectories.parquet")]
