@@ -49,10 +49,12 @@ demo: setup
 	$(BIN)/workbench demo
 
 # One pytest worker per core (pytest-xdist; a file's tests stay on one worker, so its model and run fixtures are
-# built once), each on one torch thread: the suite is mostly single-threaded CPU work. verl's own environment is
+# built once), each on one torch thread: the suite is mostly single-threaded CPU work. Files go out costliest first
+# (--no-loadscope-reorder keeps the order tests/conftest.py gives them from tests/durations.json), so the two workers
+# finish close together. verl's own environment is
 # built first, so the verl agent-loop, dataset and launch-config tests run (they skip only where it is absent).
 test: setup verl-env
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -1,8 +1,16 @@
-"""Shared fixtures. The default model is converted once into the user cache and reused."""
+"""Shared fixtures. The default model is converted once into the user cache and reused.
+
+Also the order ``make test``'s workers take the files in: ``--dist loadfile`` hands a worker one file at a time,
+so the costliest files go first (longest first keeps the two workers' ends close). The costs are each file's
+seconds from an earlier run, ``tests/durations.json``; ``pytest --store-durations`` rewrites it.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -13,6 +21,43 @@ from workbench.paths import shared_dir
 settings.register_profile(
     "fuzz", max_examples=2000 if os.environ.get("WORKBENCH_FUZZ") == "full" else 200, deadline=None
 )
+
+
+DURATIONS = Path(__file__).with_name("durations.json")
+_seconds: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test file's seconds (setup, call and teardown) to {DURATIONS.name}, which "
+                          "orders the files for the workers of `make test`")
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker (the controller schedules in the workers' collection order, as ``make test`` runs it with
+    ``--no-loadscope-reorder``): files by their recorded seconds, costliest first; unrecorded files keep their
+    order after them. A plain run keeps pytest's order."""
+    if not hasattr(config, "workerinput") or not DURATIONS.exists():
+        return
+    try:
+        cost = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except ValueError:
+        return  # a broken cost file only loses the ordering
+    items.sort(key=lambda item: -float(cost.get(_file_of(item.nodeid), 0.0)))
+
+
+def pytest_runtest_logreport(report):
+    _seconds[_file_of(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("--store-durations", False) and not hasattr(session.config, "workerinput"):
+        rows = sorted(_seconds.items(), key=lambda kv: -kv[1])
+        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in rows}, indent=1) + "\n", encoding="utf-8")
 
 
 @pytest.fixture(scope="module")

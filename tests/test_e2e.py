@@ -41,9 +41,15 @@ def test_real_model_search_agent_on_world(world, hf_backend, tmp_path):
     assert 0 <= res.summary["valid_actions"] <= 1
 
 
-def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys):
+def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys, monkeypatch):
+    """`make demo`'s whole chain on a small budget: the CLI, the eval of the four methods, the inspector notebook
+    executed into the run and the static dashboard. The demo's other notebooks run on a demo run in the regression
+    suite (tests/test_regress_suite.py), and their parameters are checked against the notebooks in test_demo.py."""
+    from workbench import demo
     from workbench.cli import main
 
+    monkeypatch.setattr(demo, "DEMO_NOTEBOOKS", {k: v for k, v in demo.DEMO_NOTEBOOKS.items()
+                                                  if k == "01_trajectory_inspector"})
     rc = main(["demo", "--limit", "2", "--group-size", "2", "--out", str(tmp_path), "--max-new-tokens", "32",
                "--max-turns", "2"])
     assert rc == 0
@@ -60,6 +66,7 @@ def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys):
     assert run.config["eval"]["adapter"].endswith("data/adapters/search_r1-sft-grpo")
     assert run.config["methods"]["search_r1"]["protocol"]["observation_mode"] == "chat"  # the layout it learned
     assert len(run.trajectories()) == 16  # 2 questions x 2 samples x 4 methods
+    assert metrics["notebooks"]["01_trajectory_inspector"]["status"] == "ok" and (run.path / "dashboard.html").exists()
     nb_dir = run.path / "notebooks" / "01_trajectory_inspector"
     nb_metrics = json.loads((nb_dir / "metrics.json").read_text())
     assert nb_metrics["n_trajectories"] == 16

@@ -1,5 +1,6 @@
 """The trainer with a served rollout backend (``TrainConfig.rollout_backend="openai"``): our completions
-server runs the default model in another process on loopback, the trainer hot-swaps its LoRA adapter
+server runs a model in another process on loopback (the random-init model of the default architecture,
+``conftest.tiny_model``: the hand-over's mechanics, not the model's answers), the trainer hot-swaps its LoRA adapter
 there each step (vLLM's ``/v1/load_lora_adapter``), trains on the ids and logprobs the server returned,
 and logs the rollout/trainer mismatch. Plus the config errors, the LoRA endpoints' errors, and
 truncated importance sampling as a tensor function."""
@@ -60,12 +61,12 @@ def _post(url: str, body: dict) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    """``python -m workbench.rollout.server --enable-lora`` on a free loopback port, in another process."""
+def server_url(tiny_model):
+    """``python -m workbench.rollout.server --model TINY --enable-lora`` on a free loopback port, in another process."""
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.rollout.server", "--port", str(port), "--enable-lora",
-                             "--threads", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.rollout.server", "--model", tiny_model, "--port", str(port),
+                             "--enable-lora", "--threads", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + 180
@@ -88,8 +89,8 @@ def server_url():
         proc.kill()
 
 
-def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, one_thread):
-    cfg = TrainConfig(rollout_backend="openai", server=server_url, steps=2, **TINY)
+def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, one_thread, tiny_model):
+    cfg = TrainConfig(rollout_backend="openai", server=server_url, steps=2, model=tiny_model, **TINY)
     tr = LengthReward(cfg, run_parts(cfg), run=tmp_path / "o",
                       progress=False)
     tr.train()
@@ -109,12 +110,12 @@ def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, on
     assert tr.adapter_sync.count == 3 and tr.adapter_sync.name != first
     served = [m["id"] for m in json.loads(urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
         server_url + "/models", timeout=30).read())["data"]]
-    assert served == ["smollm2-135m", tr.adapter_sync.name]  # the previous adapter was unloaded
+    assert served == [tiny_model, tr.adapter_sync.name]  # the previous adapter was unloaded
 
     # the swap is real: the served adapter's logprobs moved away from the base model's, onto the trainer's
     prompt = tr.tokenizer.encode("The capital of France is", add_special_tokens=False)
     lps = {}
-    for model in ("smollm2-135m", tr.adapter_sync.name):
+    for model in (tiny_model, tr.adapter_sync.name):
         code, text = _post(server_url + "/completions", {"model": model, "prompt": prompt, "max_tokens": 6,
                                                           "temperature": 0, "logprobs": 1, "return_token_ids": True})
         assert code == 200, text
@@ -125,7 +126,7 @@ def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, on
     with torch.no_grad():
         mine = tr.policy.logprobs(full)[0, len(prompt):]
     np.testing.assert_allclose(served_lp, mine.numpy(), atol=2e-3)
-    base_ids, base_lp = lps["smollm2-135m"]
+    base_ids, base_lp = lps[tiny_model]
     with torch.no_grad():
         ref = tr.policy.ref_logprobs(torch.tensor([prompt + base_ids]))[0, len(prompt):]
     np.testing.assert_allclose(base_lp, ref.numpy(), atol=2e-3)
@@ -134,7 +135,7 @@ def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, on
     assert float((mine - ref_same).abs().max()) > 1e-3  # the trained adapter is not the base model
 
     # the same metrics as the in-process hf backend
-    hf_cfg = TrainConfig(steps=1, **TINY)
+    hf_cfg = TrainConfig(steps=1, model=tiny_model, **TINY)
     hf = LengthReward(hf_cfg, run_parts(hf_cfg), run=tmp_path / "h", progress=False)
     hf_row = hf.train_step()
     assert set(hf_row) == set(rows[0])

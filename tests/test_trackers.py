@@ -155,12 +155,13 @@ TRAIN = ["train", "--steps", "2", "--questions-per-step", "1", "--group-size", "
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, one_thread):
-    """`workbench train --report-to <every installed tracker>` with the default model: 2 steps, 1 held-out question."""
+def trained(tmp_path_factory, one_thread, tiny_model):
+    """`workbench train --report-to <every installed tracker>`: 2 steps, 1 held-out question, on the random-init model
+    of the default architecture (conftest.tiny_model: what is logged, not what the model learns, is tested here)."""
     if not INSTALLED:
         pytest.skip("no tracker library installed: pip install -e '.[tensorboard,trackio]' (make setup)")
     out = tmp_path_factory.mktemp("runs")
-    assert main([*TRAIN, "--out", str(out), "--report-to", ",".join(INSTALLED)]) == 0
+    assert main([*TRAIN, "--model", tiny_model, "--out", str(out), "--report-to", ",".join(INSTALLED)]) == 0
     (path,) = out.iterdir()
     run = open_run(path)
     assert run.complete and run.config["report_to"] == ",".join(INSTALLED)
@@ -257,7 +258,7 @@ def test_trackio_holds_the_metrics_config_and_completions(trained, monkeypatch):
 # ============================================================================= sft and eval
 
 
-def test_sft_reports_its_rows(traces_run, tmp_path, one_thread):
+def test_sft_reports_its_rows(traces_run, tmp_path, one_thread, tiny_model):
     """`workbench sft --report-to`: each SFT row (loss, tokens, grad norm...) in TensorBoard and Trackio."""
     names = [n for n in ("tensorboard", "trackio") if n in INSTALLED]
     if not names:
@@ -265,7 +266,7 @@ def test_sft_reports_its_rows(traces_run, tmp_path, one_thread):
     assert main(["sft", "--method", "search_r1", "--traces", json.dumps([str(traces_run)]), "--max-traces", "2",
                  "--steps", "2", "--batch-size", "1", "--micro-batch-size", "1", "--eval-limit", "0",
                  "--save-every", "0", "--protocol-kwargs", '{"observation_mode": "chat", "few_shot": false}',
-                 "--report-to", ",".join(names), "--out", str(tmp_path), "--no-progress"]) == 0
+                 "--model", tiny_model, "--report-to", ",".join(names), "--out", str(tmp_path), "--no-progress"]) == 0
     (path,) = tmp_path.iterdir()
     run = open_run(path)
     want = expected_values(run)

@@ -1,6 +1,7 @@
 """TRL's GRPOTrainer with our engine (``workbench/integrations/trl.py``): the rollout function's ids, masks and
 trajectories equal the engine's, ``to_trl``'s rewards on them equal the Rubric's, and a real ``GRPOTrainer`` step
-runs with LoRA, our rollout function and our reward functions on the default model (CPU)."""
+runs with LoRA, our rollout function and our reward functions (its mechanics on a random-init model of the default
+architecture, ``conftest.tiny_model``; the recipe's step at the end runs on the default model itself, CPU)."""
 
 from __future__ import annotations
 
@@ -155,8 +156,9 @@ def r_invalid(c):
 
 
 @pytest.mark.slow
-def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
-    """One ``GRPOTrainer`` step: LoRA on the default model, our rollout function and our reward functions."""
+def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch, tiny_model):
+    """One ``GRPOTrainer`` step: LoRA on a random-init model of the default architecture (two layers; the recipe
+    test below takes a step on the default model), our rollout function and our reward functions."""
     import torch
     from peft import LoraConfig
 
@@ -167,7 +169,7 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     r_distinct.seen.clear()
     proto, toolbox, examples = setup
-    model, tok = load_policy(device="cpu")  # its own copy: peft wraps the model it is given
+    model, tok = load_policy(tiny_model, device="cpu")  # its own copy: peft wraps the model it is given
     rf = RolloutFunc(proto, toolbox, config=RolloutConfig(max_turns=2, max_new_tokens=32, seed=0), examples=examples)
     rubric = Rubric([r_em, r_invalid], [1.0, 0.5], name="trl_test")
     funcs, weights = to_trl(rubric, proto, encoder=False, cache=False)
@@ -217,7 +219,7 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch):
     moved = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(before[n], p)]
     # (LoRA's B starts at zero, so A's gradient is zero on the first step: every B moves, no A yet)
     lora_b = {n for n in before if "lora_B" in n}
-    assert len(lora_b) == 2 * 30 and set(moved) == lora_b, f"unchanged: {sorted(lora_b - set(moved))[:4]}"
+    assert len(lora_b) == 2 * model.config.num_hidden_layers and set(moved) == lora_b, f"unchanged: {sorted(lora_b - set(moved))[:4]}"
 
 
 def _recipe():

@@ -90,7 +90,7 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
     from workbench.rollout.engine import RolloutConfig, rollout
     from workbench.tools.toolbox import build_toolbox
 
-    method, max_turns, response_length = "search_r1", 3, 1024
+    method, max_turns, response_length = "search_r1", 3, 768
     tmp = Path(tempfile.mkdtemp(prefix="verl-parity-"))
     paths = export_verl(method, "world", tmp, limit=2)
     model, tok = load_policy()
@@ -105,7 +105,7 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
         (tmp / "agent_loop.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create([entry])))
         cfg = compose_config([
             f"data.train_files={paths['train']}", f"data.val_files={paths['val']}", "data.return_raw_chat=True",
-            "data.max_prompt_length=2048", f"data.max_response_length={response_length}",
+            "data.max_prompt_length=512", f"data.max_response_length={response_length}",
             f"actor_rollout_ref.model.path={resolve_model_path()}", "actor_rollout_ref.rollout.name=vllm",
             f"actor_rollout_ref.rollout.temperature={temperature}",
             "actor_rollout_ref.rollout.calculate_log_probs=True",
