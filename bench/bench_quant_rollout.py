@@ -3,6 +3,9 @@ same GGUF (the default model's Q4_1 file), on the same token ids.
 
     .venv/bin/python bench/bench_quant_rollout.py [--threads 1] [--repeats 3] [--engines fp32,int4,llama.cpp]
 
+(``int4-hf`` among the engines: the int4 engine with its decode steps through transformers' own forward, as before
+``LeanDecode``.)
+
 Workloads (real agent prompts: the search_r1 protocol's turn 0 with chat observations, dev questions of the default
 world, as ``bench_rollout.py`` builds them; 64 new tokens):
 
@@ -61,7 +64,12 @@ def torch_runner(engine: str, threads: int):
     torch.set_num_threads(threads)
     model, tok = load_policy(device="cpu")
     c = time.process_time()
-    backend = make_backend(engine, model, tok)
+    if engine == "int4-hf":  # the int4 engine stepping through transformers' forward (no LeanDecode)
+        from workbench.rollout.backends.quant import QuantBackend
+
+        backend = QuantBackend(model, tok, lean=False)
+    else:
+        backend = make_backend(engine, model, tok)
     print(f"# {engine}: backend built in {time.process_time() - c:.2f} CPU s (the int4 engine quantizes a copy)")
     backend.generate([tok.encode("warm up")], SamplingParams(max_new_tokens=4, temperature=0.0))
 

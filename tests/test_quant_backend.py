@@ -146,6 +146,27 @@ def test_the_adapter_is_applied_as_fp32_applies_it(engines):
         assert same == len(prompts) and other == 0
 
 
+def test_the_lean_decode_step_gives_the_models_own_tokens_and_logprobs(engines):
+    """The engine's decode step without transformers' module machinery (``LeanDecode``) against the same copy stepped
+    through the model's forward: bit-equal tokens and logprobs, with the adapter, over a padded batch of 4 prompts of
+    different lengths (the mask), greedy, and sampled with a group of 2 identical prompts beside another."""
+    from workbench.rollout.backends.quant import LeanDecode
+
+    peft_model, fp32, lean = engines
+    assert lean.lean is not None  # the default model is a Llama: its rollouts take the lean step
+    plain = QuantBackend(peft_model, fp32.tokenizer, lean=False)
+    prompts = _prompts(fp32.tokenizer)
+    assert len(set(map(len, prompts[:4]))) > 1
+    for prompts_, params in ((prompts[:4], SamplingParams(max_new_tokens=16, temperature=0.0)),
+                             (prompts[:1] + [prompts[2]] * 2, SamplingParams(max_new_tokens=16, temperature=1.0, seed=5))):
+        lean.clear_cache()
+        a, b = plain.generate(prompts_, params), lean.generate(prompts_, params)
+        assert [g.token_ids for g in a] == [g.token_ids for g in b]
+        assert [g.logprobs for g in a] == [g.logprobs for g in b]
+        assert [g.finish_reason for g in a] == [g.finish_reason for g in b]
+    assert LeanDecode.build(torch.nn.Linear(4, 4)) is None  # anything else steps through its own forward
+
+
 def test_shared_prompt_prefix_is_prefilled_once(engines):
     """The agent prompts share the system prompt and the demonstration: prefilled once for the batch, the rest of
     each prompt after it, with the same continuations as fp32's full prefills."""

@@ -382,11 +382,15 @@ class HFBackend(Backend):
                 row_of = [row_of[j] for j in keep]
             attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
             pos = pos + 1
-            out = self.model(
-                input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos, **{CACHE_ARG: past}, use_cache=True
-            )
-            past, logits = output_cache(out), out.logits[:, -1, :]
+            past, logits = self._decode_step(next_tok, attn, pos, past)
         return results  # type: ignore[return-value]
+
+    def _decode_step(self, tokens: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, past: Any):
+        """One decode step: each row's next token (``tokens``, one per row) through the model over ``past``;
+        returns ``(past, logits of the next token)``."""
+        out = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=pos, **{CACHE_ARG: past},
+                         use_cache=True)
+        return output_cache(out), out.logits[:, -1, :]
 
 
 class _BufferedLayer(DynamicLayer):

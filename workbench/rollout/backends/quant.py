@@ -97,6 +97,15 @@ class Int4Weight:
         sz = torch.cat(szs, dim=1).contiguous().to(torch.bfloat16)  # K/group x levels*N x 2
         return cls(packed, sz, w.shape[0], levels)
 
+    @classmethod
+    def concat(cls, parts: list[Int4Weight]) -> Int4Weight:
+        """One matrix of one-level ``parts`` stacked by output (q, k and v; gate and up): the same outputs, side by
+        side, in one kernel call (the CPU layout packs each output row on its own, so the packs stack as they are)."""
+        if any(p.levels != 1 for p in parts):
+            raise ValueError("only one-level int4 matrices concatenate")
+        return cls(torch.cat([p.packed for p in parts]), torch.cat([p.scales_zeros for p in parts], 1).contiguous(),
+                   sum(p.out_features for p in parts), 1)
+
     def matmul(self, x: Tensor) -> Tensor:
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, GROUP_SIZE, self.scales_zeros)
         if self.levels > 1:
@@ -143,12 +152,16 @@ class QuantLinear(nn.Module):
             y = F.linear(x2.to(torch.bfloat16), self.weight16).float()
         if self.bias is not None:
             y = y + self.bias
+        return self.add_lora(y, x2).view(*shape[:-1], self.out_features)
+
+    def add_lora(self, y: Tensor, x2: Tensor) -> Tensor:
+        """``y`` plus the source's LoRA term for the rows ``x2``, where peft would add it (enabled, not merged)."""
         lora = self.lora
         if lora is not None and not lora.disable_adapters and not lora.merged:
             for name in lora.active_adapters:
                 if name in lora.lora_A:
                     y = y + F.linear(F.linear(x2, lora.lora_A[name].weight), lora.lora_B[name].weight) * lora.scaling[name]
-        return y.view(*shape[:-1], self.out_features)
+        return y
 
 
 ATTENTION = "workbench_int4"
@@ -210,6 +223,97 @@ def quantize_model(model: nn.Module, decode_rows: int = DECODE_ROWS) -> nn.Modul
     return qmodel
 
 
+class LeanDecode:
+    """A one-token decode step of a Llama-architecture copy without transformers' per-module machinery.
+
+    The same operations as ``LlamaForCausalLM.forward`` for one new token over a cache, in the same order on the same
+    modules (the copy's :class:`QuantLinear` layers, its norms' weights, its rotary embedding, transformers' causal
+    mask and SDPA call), so its logits are the model's; what it drops is the Python around them (module calls, hooks,
+    keyword plumbing, output records): about 15 calls a layer, most of a one-row step's time outside the products
+    (``bench/bench_decode_split.py``). A layer's q, k and v products run as one int4 call, and gate and up as another
+    (:meth:`Int4Weight.concat`: bit-equal outputs, 5 kernel calls a layer instead of 7), each projection's LoRA term
+    added to its slice. :meth:`build` returns ``None`` for anything else (another architecture, a layer that is not a
+    :class:`QuantLinear`), and the backend then steps through the model itself."""
+
+    def __init__(self, qmodel: nn.Module):
+        from transformers.models.llama import modeling_llama as ml
+
+        inner = getattr(qmodel, "model", None)
+        if type(qmodel) is not ml.LlamaForCausalLM or type(inner) is not ml.LlamaModel:
+            raise TypeError("not a transformers LlamaForCausalLM")
+        self.model, self.inner, self.config = qmodel, inner, qmodel.config
+        self.layers = []
+        for layer in inner.layers[: self.config.num_hidden_layers]:
+            a, mlp = layer.self_attn, layer.mlp
+            parts = (type(layer) is ml.LlamaDecoderLayer, type(a) is ml.LlamaAttention, type(mlp) is ml.LlamaMLP,
+                     type(layer.input_layernorm) is ml.LlamaRMSNorm, type(layer.post_attention_layernorm) is ml.LlamaRMSNorm)
+            linears = (a.q_proj, a.k_proj, a.v_proj, a.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+            if not all(parts) or not all(isinstance(m, QuantLinear) for m in linears):
+                raise TypeError("a decoder layer that is not Llama's with int4 linear layers")
+            self.layers.append((layer.input_layernorm, a, layer.post_attention_layernorm, mlp.act_fn, linears,
+                                self._fuse(linears[:3]), self._fuse(linears[4:6])))
+        if type(inner.norm) is not ml.LlamaRMSNorm or not isinstance(qmodel.lm_head, nn.Module):
+            raise TypeError("an unexpected final norm or head")
+
+    @classmethod
+    def build(cls, qmodel: nn.Module) -> LeanDecode | None:
+        try:
+            return cls(qmodel)
+        except (TypeError, AttributeError, ImportError):
+            return None
+
+    @staticmethod
+    def _fuse(linears: tuple[QuantLinear, ...]) -> tuple[Int4Weight, list[int]] | None:
+        """The one-level, bias-free ``linears`` as one int4 matrix and each one's width; ``None`` if they are not."""
+        if any(m.levels != 1 or m.bias is not None or m.in_features != linears[0].in_features for m in linears):
+            return None
+        return Int4Weight.concat([m.int4 for m in linears]), [m.out_features for m in linears]
+
+    @staticmethod
+    def _products(x: Tensor, linears: tuple[QuantLinear, ...], fused: tuple[Int4Weight, list[int]] | None,
+                  ) -> list[Tensor]:
+        """Each of ``linears`` applied to the rows ``x`` (B x 1 x in): one fused kernel call when there is one, then
+        each projection's LoRA term on its slice, as :meth:`QuantLinear.forward` would give it."""
+        x2 = x.reshape(-1, x.shape[-1])
+        if fused is None or x2.shape[0] > linears[0].decode_rows:
+            return [m.forward(x) for m in linears]
+        weight, widths = fused
+        return [m.add_lora(y, x2).reshape(*x.shape[:-1], -1)
+                for m, y in zip(linears, weight.matmul(x2).split(widths, dim=-1))]
+
+    @staticmethod
+    def _norm(norm: nn.Module, h: Tensor) -> Tensor:  # LlamaRMSNorm.forward on fp32 activations
+        h = h.to(torch.float32)
+        return norm.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
+
+    @staticmethod
+    def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # apply_rotary_pos_emb for one of q, k
+        half = x.shape[-1] // 2
+        return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+
+    def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Any, Tensor]:
+        from transformers.masking_utils import create_causal_mask
+
+        from workbench.rollout.backends.hf import CACHE_ARG
+
+        inner = self.inner
+        h = inner.embed_tokens(tokens[:, None])
+        mask = create_causal_mask(config=self.config, inputs_embeds=h, attention_mask=attn, position_ids=pos,
+                                  **{CACHE_ARG: past})
+        cos, sin = inner.rotary_emb(h, position_ids=pos)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        B = h.shape[0]
+        for li, (norm1, a, norm2, act, linears, qkv, gate_up) in enumerate(self.layers):
+            x = self._norm(norm1, h)
+            q, k, v = (y.reshape(B, 1, -1, a.head_dim).transpose(1, 2) for y in self._products(x, linears[:3], qkv))
+            k, v = past.update(self._rotate(k, cos, sin), v, li)
+            out, _ = _attention(a, self._rotate(q, cos, sin), k, v, mask, dropout=0.0, scaling=a.scaling)
+            h = h + linears[3].forward(out.reshape(B, 1, -1).contiguous())
+            gate, up = self._products(self._norm(norm2, h), linears[4:6], gate_up)
+            h = h + linears[6].forward(act(gate) * up)
+        return past, self.model.lm_head(self._norm(inner.norm, h))[:, -1, :]
+
+
 def quant_layers(model: nn.Module) -> list[QuantLinear]:
     return [m for m in model.modules() if isinstance(m, QuantLinear)]
 
@@ -249,10 +353,11 @@ class QuantBackend(HFBackend):
 
     name = "int4"
 
-    def __init__(self, model: Any, tokenizer: Any, decode_rows: int = DECODE_ROWS, **kw: Any):
+    def __init__(self, model: Any, tokenizer: Any, decode_rows: int = DECODE_ROWS, lean: bool = True, **kw: Any):
         self.source = model
         qmodel = quantize_model(model, decode_rows)
         self.layers = quant_layers(qmodel)
+        self.lean = LeanDecode.build(qmodel) if lean else None
         super().__init__(qmodel, tokenizer, **kw)
         self.stats["shared_prefix_tokens"] = 0
 
@@ -267,6 +372,11 @@ class QuantBackend(HFBackend):
             raise RuntimeError(f"{len(stale)} base weights changed in place (or took a LoRA merge) since the int4 copy "
                                "was made: build a new QuantBackend")
         return super().generate(prompts, params, max_new_tokens)
+
+    def _decode_step(self, tokens, attn, pos, past):
+        if self.lean is not None:
+            return self.lean(tokens, attn, pos, past)
+        return super()._decode_step(tokens, attn, pos, past)
 
     @torch.inference_mode()
     def _generate_chunk(self, prompts, limits, params, gen, t0):
