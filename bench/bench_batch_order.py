@@ -34,14 +34,16 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="the first N test questions (default: all 89)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2: the machine's cores)")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--orders", default="new,call", help="comma-separated: new (by new tokens), call (call order)")
+    ap.add_argument("--orders", default="new,call",
+                    help="comma-separated: new (by new tokens), call (call order), new-hf (by new tokens, the int4 "
+                         "engine's decode steps through transformers' own forward instead of its LeanDecode)")
     ap.add_argument("--engine", default="auto", choices=("auto", "int4", "fp32"))
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
-    bad = [o for o in orders if o not in ("new", "call")]
+    bad = [o for o in orders if o not in ("new", "call", "new-hf")]
     if bad:
-        sys.exit(f"--orders: {bad} not among new, call")
+        sys.exit(f"--orders: {bad} not among new, call, new-hf")
 
     from workbench.threads import apply_threads
 
@@ -55,10 +57,13 @@ def main() -> None:
     backend, engine, what = load_backend(EvalConfig(**opts))
     print(f"{what}\nload average {os.getloadavg()[0]:.2f}", flush=True)
     rows, first_answers = [], None
+    lean = getattr(backend, "lean", None)
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             for order in orders:
-                backend.by_new_tokens = order == "new"
+                backend.by_new_tokens = order != "call"
+                if lean is not None:
+                    backend.lean = None if order == "new-hf" else lean
                 backend.clear_cache()
                 backend.stats.update({k: 0 for k in backend.stats})
                 load0, c0, t0 = os.getloadavg()[0], time.process_time(), time.perf_counter()

@@ -12,7 +12,8 @@ decodes from a copy of the model whose linear layers hold their weights twice ov
 - **bf16** (oneDNN's GEMM): products of more than ``decode_rows`` rows, i.e. prefills, where fp32 is compute-bound.
 
 Everything else (embedding, norms, rotary, attention, the key/value cache) is the model's own fp32 code, shared
-with it, and the LoRA adapter stays unmerged: each layer adds ``B(A(x)) * scaling`` from the live peft modules, in
+with it (a Llama-architecture copy takes its decode steps through :class:`LeanDecode`: the same operations on the same
+modules, bit-equal, without transformers' per-module Python), and the LoRA adapter stays unmerged: each layer adds ``B(A(x)) * scaling`` from the live peft modules, in
 fp32, whenever peft would (the adapter enabled, not merged). So the copy follows ``disable_adapter()`` and every
 optimizer step with nothing handed over, and the trainer's own fp32 logprobs stay the reference
 (``rollout_logprob_diff``, ``--tis-cap``).
