@@ -12,11 +12,11 @@ decodes from a copy of the model whose linear layers hold their weights twice ov
 - **bf16** (oneDNN's GEMM): products of more than ``decode_rows`` rows, i.e. prefills, where fp32 is compute-bound.
 
 Everything else (embedding, norms, rotary, attention, the key/value cache) is the model's own fp32 code, shared
-with it (a Llama-architecture copy takes its decode steps through :class:`LeanDecode`: the same operations on the same
-modules, bit-equal, without transformers' per-module Python), and the LoRA adapter stays unmerged: each layer adds ``B(A(x)) * scaling`` from the live peft modules, in
-fp32, whenever peft would (the adapter enabled, not merged). So the copy follows ``disable_adapter()`` and every
-optimizer step with nothing handed over, and the trainer's own fp32 logprobs stay the reference
-(``rollout_logprob_diff``, ``--tis-cap``).
+with it (a Llama-architecture copy takes its decode steps through :class:`LeanDecode`: the same operations on the
+same modules, bit-equal, without transformers' per-module Python), and the LoRA adapter stays unmerged: each layer
+adds ``B(A(x)) * scaling`` from the live peft modules, in fp32, whenever peft would (the adapter enabled, not merged).
+So the copy follows ``disable_adapter()`` and every optimizer step with nothing handed over, and the trainer's own
+fp32 logprobs stay the reference (``rollout_logprob_diff``, ``--tis-cap``).
 
 :class:`QuantBackend` is :class:`~workbench.rollout.backends.hf.HFBackend` (prefix caching, memory budgets, stop
 strings, logprobs) over that copy, plus one saving the fp32 path does not make: a batch's new prompts that start
@@ -237,8 +237,15 @@ class LeanDecode:
     :class:`QuantLinear`), and the backend then steps through the model itself."""
 
     def __init__(self, qmodel: nn.Module):
+        import inspect
+
+        from transformers.masking_utils import create_causal_mask
         from transformers.models.llama import modeling_llama as ml
 
+        from workbench.rollout.backends.hf import CACHE_ARG
+
+        if CACHE_ARG not in inspect.signature(create_causal_mask).parameters:
+            raise TypeError(f"this transformers' create_causal_mask takes no {CACHE_ARG!r}")
         inner = getattr(qmodel, "model", None)
         if type(qmodel) is not ml.LlamaForCausalLM or type(inner) is not ml.LlamaModel:
             raise TypeError("not a transformers LlamaForCausalLM")
