@@ -114,7 +114,7 @@ def test_killed_eval_leaves_only_readable_files(tmp_path):
         root = tmp_path / f"eval{k}"
         log = tmp_path / f"eval{k}.log"
         proc = start([*EVAL, "--out", str(root)], log)
-        time.sleep(rng.uniform(2.0, 12.0))  # model loading, the eval, or writing its files
+        time.sleep(rng.uniform(2.0, 12.0))  # while the model loads or the eval runs (it writes its files at its end)
         kill9(proc, log)
         for run_dir in runs_in(root):
             check_run(run_dir)

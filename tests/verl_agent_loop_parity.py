@@ -90,6 +90,8 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
     from workbench.rollout.engine import RolloutConfig, rollout
     from workbench.tools.toolbox import build_toolbox
 
+    # verl pads every row to max_prompt_length + max_response_length: 512 + 768 holds these rows (longest prompt
+    # 344 tokens, longest response 484) and keeps the forward over the padded batch small
     method, max_turns, response_length = "search_r1", 3, 768
     tmp = Path(tempfile.mkdtemp(prefix="verl-parity-"))
     paths = export_verl(method, "world", tmp, limit=2)
