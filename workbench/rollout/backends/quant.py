@@ -246,6 +246,7 @@ class LeanDecode:
 
         if CACHE_ARG not in inspect.signature(create_causal_mask).parameters:
             raise TypeError(f"this transformers' create_causal_mask takes no {CACHE_ARG!r}")
+        self._causal_mask, self._cache_arg = create_causal_mask, CACHE_ARG
         inner = getattr(qmodel, "model", None)
         if type(qmodel) is not ml.LlamaForCausalLM or type(inner) is not ml.LlamaModel:
             raise TypeError("not a transformers LlamaForCausalLM")
@@ -300,14 +301,10 @@ class LeanDecode:
         return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
 
     def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Any, Tensor]:
-        from transformers.masking_utils import create_causal_mask
-
-        from workbench.rollout.backends.hf import CACHE_ARG
-
         inner = self.inner
         h = inner.embed_tokens(tokens[:, None])
-        mask = create_causal_mask(config=self.config, inputs_embeds=h, attention_mask=attn, position_ids=pos,
-                                  **{CACHE_ARG: past})
+        mask = self._causal_mask(config=self.config, inputs_embeds=h, attention_mask=attn, position_ids=pos,
+                                 **{self._cache_arg: past})
         cos, sin = inner.rotary_emb(h, position_ids=pos)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         B = h.shape[0]
