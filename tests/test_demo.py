@@ -16,16 +16,6 @@ def test_defaults_sample_groups_with_a_kg_method():
     assert DEMO_NOTEBOOKS["02_reward_playground"]["weights"]  # the executed copy shows rank changes
 
 
-def test_demo_notebooks_exist_and_declare_the_parameters_the_demo_passes():
-    import papermill
-
-    from workbench.notebooks import notebook_path
-
-    for name, params in DEMO_NOTEBOOKS.items():
-        declared = set(papermill.inspect_notebook(str(notebook_path(name))))
-        assert set(params) <= declared, f"the demo passes {sorted(set(params) - declared)} to {name}, which does not declare them"
-
-
 def test_greedy_groups_are_refused():
     with pytest.raises(ValueError, match="temperature"):
         run_demo(group_size=4, temperature=0.0)

@@ -44,7 +44,7 @@ def test_real_model_search_agent_on_world(world, hf_backend, tmp_path):
 def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys, monkeypatch):
     """`make demo`'s whole chain on a small budget: the CLI, the eval of the four methods, the inspector notebook
     executed into the run and the static dashboard. The demo's other notebooks run on a demo run in the regression
-    suite (tests/test_regress_suite.py), and their parameters are checked against the notebooks in test_demo.py."""
+    suite (tests/test_regress_suite.py), which also checks the parameters the demo passes each of them."""
     from workbench import demo
     from workbench.cli import main
 

@@ -46,6 +46,16 @@ def test_cases_pass_only_declared_parameters(suite, caplog):
         assert not unknown, f"case {case.name!r} passes {unknown}, which {case.notebook} does not declare ({sorted(declared)})"
 
 
+def test_the_demo_passes_only_declared_parameters(caplog):
+    """`make demo` executes notebooks with its own parameters (workbench.demo.DEMO_NOTEBOOKS), as the suite's cases do."""
+    from workbench.demo import DEMO_NOTEBOOKS
+
+    for name, params in DEMO_NOTEBOOKS.items():
+        declared = _declared(ROOT / "notebooks" / f"{name}.ipynb", caplog)
+        unknown = sorted(set(params) - declared)
+        assert not unknown, f"the demo passes {unknown} to {name}, which does not declare them ({sorted(declared)})"
+
+
 def test_baselines_match_the_cases_metrics_and_say_where_they_were_taken(suite):
     files = {p.stem for p in suite.baselines_dir.glob("*.json")}
     orphans = files - {c.name for c in suite.cases}
