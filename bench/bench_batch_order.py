@@ -35,15 +35,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2: the machine's cores)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--orders", default="new,call",
-                    help="comma-separated: new (by new tokens), call (call order), new-hf (by new tokens, the int4 "
-                         "engine's decode steps through transformers' own forward instead of its LeanDecode)")
+                    help="comma-separated: new (by new tokens), call (call order), new-torch (by new tokens, the int4 "
+                         "engine's one-row decode steps in torch's LeanDecode instead of C), new-hf (by new tokens, "
+                         "every decode step through transformers' own forward)")
     ap.add_argument("--engine", default="auto", choices=("auto", "int4", "fp32"))
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
-    bad = [o for o in orders if o not in ("new", "call", "new-hf")]
+    bad = [o for o in orders if o not in ("new", "call", "new-torch", "new-hf")]
     if bad:
-        sys.exit(f"--orders: {bad} not among new, call, new-hf")
+        sys.exit(f"--orders: {bad} not among new, call, new-torch, new-hf")
 
     from workbench.threads import apply_threads
 
@@ -57,13 +58,15 @@ def main() -> None:
     backend, engine, what = load_backend(EvalConfig(**opts))
     print(f"{what}\nload average {os.getloadavg()[0]:.2f}", flush=True)
     rows, first_answers = [], None
-    lean = getattr(backend, "lean", None)
+    lean, one_row = getattr(backend, "lean", None), getattr(backend, "native", None)
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
             for order in orders:
                 backend.by_new_tokens = order != "call"
                 if lean is not None:
                     backend.lean = None if order == "new-hf" else lean
+                if one_row is not None:
+                    backend.native = None if order in ("new-hf", "new-torch") else one_row
                 backend.clear_cache()
                 backend.stats.update({k: 0 for k in backend.stats})
                 load0, c0, t0 = os.getloadavg()[0], time.process_time(), time.perf_counter()
@@ -79,7 +82,8 @@ def main() -> None:
                              "cpu_s": round(cpu, 1), "load": f"{load0:.1f} -> {os.getloadavg()[0]:.1f}",
                              "prefill_tokens": backend.stats["prefill_tokens"],
                              "padded_tokens": backend.stats["prefill_padded_tokens"],
-                             "decode_steps": backend.stats["decode_steps"], "cover_em": round(summary["cem"], 3),
+                             "decode_steps": backend.stats["decode_steps"],
+                             "c_steps": backend.stats.get("native_steps", 0), "cover_em": round(summary["cem"], 3),
                              "searches": round(summary["n_searches"], 2),
                              "answers_differ": sum(a != b for a, b in zip(answers, first_answers))})
                 print(json.dumps(rows[-1]), flush=True)

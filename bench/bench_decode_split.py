@@ -6,7 +6,9 @@ One thread, one prompt (the search_r1 agent's turn 0 of a dev question, ~335 tok
 builds it), greedy, no adapter. Per decode step, milliseconds of the process's CPU time (the steadier figure on a
 shared machine), median of ``--repeats``:
 
-- ``int4 engine``: the step as rollouts run it (the call's CPU time less a one-token call's, over the extra tokens);
+- ``int4 engine, C step``: the step as rollouts run it, in C (``decode_step.c``; the call's CPU time less a one-token
+  call's, over the extra tokens);
+- ``int4, torch step``: the same engine with its one-row steps in torch (``LeanDecode``), and its split:
 - ``its int4 products``: the same calls with every ``Int4Weight.matmul`` timed in place (211 a step);
 - ``the rest``: the step with every product replaced by zeros of its shape (HF's layer code, norms, rotary
   embeddings, attention over the cache, sampling and the logprob): what a leaner forward could remove;
@@ -36,7 +38,8 @@ def int4_steps(prompt: list[int], repeats: int) -> dict[str, float]:
 
     torch.set_num_threads(1)
     model, tok = load_policy(device="cpu")
-    backend = quant.make_backend("int4", model, tok)
+    c_step = quant.make_backend("int4", model, tok)  # as rollouts run it: one-row steps in C where it is built
+    backend = quant.QuantBackend(model, tok, native=False)  # every step in torch (LeanDecode): the split below
     in_products = [0.0]
     real = quant.Int4Weight.matmul
 
@@ -49,7 +52,7 @@ def int4_steps(prompt: list[int], repeats: int) -> dict[str, float]:
     def zeros(self, x):
         return torch.zeros(x.shape[0], self.out_features)
 
-    def step_ms() -> tuple[float, float]:
+    def step_ms(backend=backend) -> tuple[float, float]:
         """(CPU ms a decode step, CPU ms of products a decode step)."""
         out = []
         for new in (1, 64):
@@ -61,12 +64,19 @@ def int4_steps(prompt: list[int], repeats: int) -> dict[str, float]:
         (c1, p1, _), (c2, p2, n) = out
         return 1000 * (c2 - c1) / (n - 1), 1000 * (p2 - p1) / (n - 1)
 
-    res: dict[str, list[float]] = {"int4 engine": [], "its int4 products": [], "the rest": []}
-    backend.generate([prompt], SamplingParams(max_new_tokens=4, temperature=0.0))  # warm up
+    res: dict[str, list[float]] = {"int4 engine, C step": [], "int4, torch step": [], "its int4 products": [],
+                                   "the rest": []}
+    if c_step.native is None:
+        print(f"# no C step here: {c_step.native_why}")
+        del res["int4 engine, C step"]
+    for b in (c_step, backend):  # warm up
+        b.generate([prompt], SamplingParams(max_new_tokens=4, temperature=0.0))
     try:
         for _ in range(repeats):
             quant.Int4Weight.matmul = real
-            res["int4 engine"].append(step_ms()[0])
+            if c_step.native is not None:
+                res["int4 engine, C step"].append(step_ms(c_step)[0])
+            res["int4, torch step"].append(step_ms()[0])
             quant.Int4Weight.matmul = timed_matmul
             res["its int4 products"].append(step_ms()[1])
             quant.Int4Weight.matmul = zeros
@@ -117,8 +127,8 @@ def main() -> None:
     print(f"# one thread, one row, {len(prompt)}-token prompt, greedy; CPU ms a decode step, median of {args.repeats}; "
           f"load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     for k, v in rows.items():
-        print(f"{k:<20} {v:7.1f} ms   {1000 / v:6.1f} tokens/s")
-    print(f"{'llama.cpp':<20} " + ("not installed" if lc is None else f"{lc:7.1f} ms   {1000 / lc:6.1f} tokens/s"))
+        print(f"{k:<21} {v:7.1f} ms   {1000 / v:6.1f} tokens/s")
+    print(f"{'llama.cpp':<21} " + ("not installed" if lc is None else f"{lc:7.1f} ms   {1000 / lc:6.1f} tokens/s"))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ same GGUF (the default model's Q4_1 file), on the same token ids.
 
     .venv/bin/python bench/bench_quant_rollout.py [--threads 1] [--repeats 3] [--engines fp32,int4,llama.cpp]
 
-(``int4-hf`` among the engines: the int4 engine with its decode steps through transformers' own forward, as before
-``LeanDecode``.)
+(Among the engines, ``int4`` is the engine as rollouts run it, its decode steps of up to 8 rows in C
+(``decode_step.c``); ``int4-torch`` the same engine with every decode step in torch (``LeanDecode``, as before the C
+step); ``int4-hf`` with its decode steps through transformers' own forward, as before ``LeanDecode``.)
 
 Workloads (real agent prompts: the search_r1 protocol's turn 0 with chat observations, dev questions of the default
 world, as ``bench_rollout.py`` builds them; 64 new tokens):
@@ -64,10 +65,10 @@ def torch_runner(engine: str, threads: int):
     torch.set_num_threads(threads)
     model, tok = load_policy(device="cpu")
     c = time.process_time()
-    if engine == "int4-hf":  # the int4 engine stepping through transformers' forward (no LeanDecode)
+    if engine in ("int4-hf", "int4-torch"):  # transformers' forward (no LeanDecode) / LeanDecode (no C step)
         from workbench.rollout.backends.quant import QuantBackend
 
-        backend = QuantBackend(model, tok, lean=False)
+        backend = QuantBackend(model, tok, lean=engine == "int4-torch", native=False)
     else:
         backend = make_backend(engine, model, tok)
     print(f"# {engine}: backend built in {time.process_time() - c:.2f} CPU s (the int4 engine quantizes a copy)")
@@ -208,7 +209,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--engines", default="fp32,int4,llama.cpp")
+    ap.add_argument("--engines", default="fp32,int4,llama.cpp",
+                    help="comma-separated: fp32, int4, int4-torch, int4-hf, llama.cpp")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker == "llama.cpp":
@@ -234,13 +236,13 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f} at end; 64 new tokens; median of {args.repeats}")
     for label, col in (("wall", 1), ("process CPU time", 2)):
         print(f"# tokens per second of {label}")
-        print(f"{'engine':<10} " + " ".join(f"{w:>12}" for w in WORKLOADS) + f" {'1-row decode':>13}")
+        print(f"{'engine':<11} " + " ".join(f"{w:>12}" for w in WORKLOADS) + f" {'1-row decode':>13}")
         for e, by in res.items():
             med = {w: statistics.median(r[0] / r[col] for r in by[w]) for w in WORKLOADS}
             pre = statistics.median(r[3] for r in by["prefill"])  # prompt 0's prefill alone (CPU s)
             n1, t1 = statistics.median(r[0] for r in by["one row"]), statistics.median(r[2] for r in by["one row"])
             decode = (n1 - 1) / max(1e-9, t1 - pre)  # by CPU time in both tables
-            print(f"{e:<10} " + " ".join(f"{med[w]:>12.1f}" for w in WORKLOADS) + f" {decode:>13.1f}")
+            print(f"{e:<11} " + " ".join(f"{med[w]:>12.1f}" for w in WORKLOADS) + f" {decode:>13.1f}")
 
 
 if __name__ == "__main__":

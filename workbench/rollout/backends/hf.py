@@ -414,11 +414,15 @@ class _BufferedLayer(DynamicLayer):
     def _views(self) -> None:
         self.keys, self.values = self._k[:, :, : self.n], self._v[:, :, : self.n]
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-        m = key_states.shape[-2]
-        if self.n + m > self._k.shape[-2]:  # full: double the buffer (amortized: one copy per doubling)
+    def reserve(self, m: int) -> None:
+        """Room for ``m`` more tokens: when full, the buffer doubles (amortized: one copy per doubling)."""
+        if self.n + m > self._k.shape[-2]:
             grow = lambda t: torch.cat([t, t.new_empty((*t.shape[:2], max(m, t.shape[2]), t.shape[3]))], dim=2)  # noqa: E731
             self._k, self._v = grow(self._k), grow(self._v)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        m = key_states.shape[-2]
+        self.reserve(m)
         self._k[:, :, self.n : self.n + m] = key_states
         self._v[:, :, self.n : self.n + m] = value_states
         self.n += m

@@ -21,7 +21,10 @@ fp32 logprobs stay the reference (``rollout_logprob_diff``, ``--tis-cap``).
 :class:`QuantBackend` is :class:`~workbench.rollout.backends.hf.HFBackend` (prefix caching, memory budgets, stop
 strings, logprobs) over that copy, plus one saving the fp32 path does not make: a batch's new prompts that start
 with the same tokens (the system prompt and demonstrations every question of an eval shares) have that prefix
-prefilled once. :func:`choose_engine` picks the engine for ``--rollout-engine auto``.
+prefilled once, and a decode step of up to 8 rows (``ask``, a GRPO group, an eval batch's last rows) runs in one C
+call where this machine can build it (:mod:`workbench.rollout.backends.native`: the same int4 grid, close to the torch
+step but not bit-equal; ``QuantBackend(native=False)`` keeps every step in torch). :func:`choose_engine` picks the engine
+for ``--rollout-engine auto``.
 """
 
 from __future__ import annotations
@@ -138,6 +141,10 @@ class QuantLinear(nn.Module):
         self.bias = None if base.bias is None else base.bias.detach()
         self.lora = source if _lora_source(source) else None
         self._weight, self._version = base.weight, base.weight._version
+
+    def grid(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The source weight's first int4 level, :func:`int4_groups` (what the C decode step packs)."""
+        return int4_groups(self._weight.detach())
 
     @property
     def stale(self) -> bool:
@@ -358,18 +365,28 @@ class QuantBackend(HFBackend):
 
     name = "int4"
 
-    def __init__(self, model: Any, tokenizer: Any, decode_rows: int = DECODE_ROWS, lean: bool = True, **kw: Any):
+    def __init__(self, model: Any, tokenizer: Any, decode_rows: int = DECODE_ROWS, lean: bool = True,
+                 native: bool = True, **kw: Any):
+        from workbench.rollout.backends.native import NativeDecode
+
         self.source = model
         qmodel = quantize_model(model, decode_rows)
         self.layers = quant_layers(qmodel)
         self.lean = LeanDecode.build(qmodel) if lean else None
+        self.native = NativeDecode.build(self.lean) if native and self.lean is not None else None
+        self.native_why = ("" if self.native is not None else "not asked for" if not native
+                           else "no lean step (not a Llama)" if self.lean is None else NativeDecode.why_not)
         super().__init__(qmodel, tokenizer, **kw)
         self.stats["shared_prefix_tokens"] = 0
+        self.stats["native_steps"] = 0
 
     def describe(self) -> str:
         one = sum(1 for m in self.layers if m.levels == 1)
+        from workbench.rollout.backends.native import MAX_ROWS
+
+        small = "in C (decode_step.c)" if self.native is not None else f"through torch ({self.native_why})"
         return (f"int4 decode / bf16 prefill: {one} of {len(self.layers)} linear layers on the int4 grid, "
-                f"{len(self.layers) - one} with two int4 levels")
+                f"{len(self.layers) - one} with two int4 levels; decode steps of up to {MAX_ROWS} rows {small}")
 
     def generate(self, prompts, params, max_new_tokens=None):
         stale = [m for m in self.layers if m.stale]
@@ -379,6 +396,9 @@ class QuantBackend(HFBackend):
         return super().generate(prompts, params, max_new_tokens)
 
     def _decode_step(self, tokens, attn, pos, past):
+        if self.native is not None and self.native.takes(tokens, attn, past):
+            self.stats["native_steps"] += 1
+            return self.native(tokens, attn, pos, past)
         if self.lean is not None:
             return self.lean(tokens, attn, pos, past)
         return super()._decode_step(tokens, attn, pos, past)
@@ -386,6 +406,8 @@ class QuantBackend(HFBackend):
     @torch.inference_mode()
     def _generate_chunk(self, prompts, limits, params, gen, t0):
         self._share_prefix([p for p, lim in zip(prompts, limits) if lim > 0])
+        if self.native is not None:  # the adapter's state as peft applies it for this call (enabled, merged, which)
+            self.native.active = self.native.refresh()
         return super()._generate_chunk(prompts, limits, params, gen, t0)
 
     def _share_prefix(self, prompts: list[list[int]]) -> None:

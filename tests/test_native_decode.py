@@ -1,0 +1,223 @@
+"""The int4 engine's decode step in C for up to 8 rows (``workbench/rollout/backends/native.py`` + ``decode_step.c``): its
+packing against the int4 grid, its logits against the fp32 model (with and without the adapter, one row and a padded
+batch), the padding mask, buffer growth, thread counts, the plain C loops against the vector kernels, which steps take
+it, and what happens without a compiler."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from workbench.rollout.backends import SamplingParams, native
+from workbench.rollout.backends.hf import _preallocate
+from workbench.rollout.backends.quant import QuantBackend, dequantize, int4_groups
+
+pytestmark = [
+    pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"), reason="no CPU int4 kernel"),
+    pytest.mark.skipif(native.library()[0] is None, reason=f"no one-row decode step here: {native.library()[1]}"),
+]
+
+ADAPTER = "data/adapters/search_r1-sft-grpo"
+# Largest |logit| difference to the fp32 model at one step (logits up to ~40): measured 0.17-0.34 (int4 weights and
+# bf16 activations, as the torch int4 path rounds them; its two-level int4 head is further off, 0.39-0.44).
+LOGIT_GAP = 1.0
+# Largest |logit| difference between two runs of the same step that round differently (plain C loops against the
+# vector kernels; a padded batch row against the prompt alone): measured 0.11-0.12, where bf16 rounding of an input
+# flips. Ignoring the padding mask moves the logits by ~3.
+NOISE = 0.5
+
+
+@pytest.fixture(scope="module")
+def engine(policy, one_thread):
+    from workbench.eval.adapters import attach_adapter
+
+    model, tok = policy
+    peft_model = attach_adapter(model, ADAPTER)
+    yield peft_model, QuantBackend(peft_model, tok)
+    peft_model.unload()
+
+
+def _prompts(tok, n: int = 3) -> list[list[int]]:
+    from workbench.data.world import load_world
+    from workbench.methods import get_protocol
+    from workbench.rollout.backends.base import encode_chat
+
+    protocol = get_protocol("search_r1", observation_mode="chat")
+    return [encode_chat(tok, protocol.messages(ex)) for ex in load_world().split("dev")[:n]]
+
+
+def _first_step(backend, prompt: list[int], room: int = 8):
+    """A prefilled one-row cache for ``prompt`` and the inputs of its first decode step (the greedy token)."""
+    past, attn, pos, logits = backend._prefill([prompt], [None])
+    _preallocate(past, None, room)
+    return past, torch.cat([attn, attn.new_ones((1, 1))], -1), pos + 1, logits.argmax(-1)
+
+
+def unpack_int4(packed: torch.Tensor, K: int) -> torch.Tensor:
+    """The matrix the C step's int4 pairs of blocks hold (the layout in ``decode_step.c``), from the bytes."""
+    N, P = packed.shape[0], K // 64
+    b = packed.reshape(N, P, 48)
+    levels = b[..., :32].reshape(N, P, 8, 2, 2).transpose(2, 3).reshape(N, P, 2, 16).long()
+    q = torch.cat([levels & 15, levels >> 4], -1).float()  # N x P x 2 blocks x 32
+    sz = b[..., 32:].contiguous().view(torch.float32).reshape(N, P, 4)
+    s, zz = sz[..., :2], sz[..., 2:]
+    return ((128 + q) * s[..., None] + zz[..., None]).reshape(N, K)  # zz = zero - 136 scale
+
+
+def test_int4_packing_holds_the_int4_engines_grid():
+    w = torch.randn(6, 128)
+    q, step, low = int4_groups(w)
+    scale, zero = step.to(torch.bfloat16).float(), (low + 8 * step).to(torch.bfloat16).float()
+    grid = ((q.reshape(6, 4, 32) - 8) * scale[..., None] + zero[..., None]).reshape(6, 128)  # what Int4Weight computes
+    got = unpack_int4(native.pack_int4(q, step, low), 128)
+    assert torch.allclose(got, grid, rtol=0, atol=1e-5)
+    assert (got - w).abs().max() < 0.6 * float(step.max())  # on the nearest level (bf16 scale: a little more)
+    assert torch.allclose(dequantize(q, step, low), grid, atol=0.02)
+    q8 = native.pack_int8(w)  # int8 blocks: 32 levels and an fp32 scale of max |w| / 127
+    levels = q8.reshape(6, 4, 36)[..., :32].contiguous().view(torch.int8).float()
+    d = q8.reshape(6, 4, 36)[..., 32:].contiguous().view(torch.float32)
+    assert torch.allclose((levels * d).reshape(6, 128), w, rtol=0, atol=float(d.max()) / 2 + 1e-7)
+
+
+def test_the_one_row_step_gives_the_fp32_models_logits(engine):
+    """One decode step in C against the fp32 peft model's forward over the same tokens, with the adapter enabled and
+    disabled (as peft applies it, read at each call): the same greedy token, logits within the int4 grid's rounding,
+    and each state's logits nearer its own reference than the other state's."""
+    from workbench.eval.adapters import adapter_state
+
+    peft_model, backend = engine
+    prompt = _prompts(backend.tokenizer, 1)[0]
+    got, ref = {}, {}
+    for trained in (False, True):
+        with adapter_state(peft_model, trained), torch.inference_mode():
+            backend.native.active = backend.native.refresh()  # as each generate call does
+            past, attn, pos, token = _first_step(backend, prompt)
+            got[trained] = backend.native(token, attn, pos, past)[1][0]
+            ref[trained] = peft_model(input_ids=torch.tensor([prompt + [int(token)]])).logits[0, -1]
+            assert past.layers[0].n == len(prompt) + 1  # the new token's keys and values went into the cache
+    for trained in (False, True):
+        assert int(got[trained].argmax()) == int(ref[trained].argmax())
+        gap = float((got[trained] - ref[trained]).abs().max())
+        assert gap < LOGIT_GAP and gap < float((got[trained] - ref[not trained]).abs().max())
+
+
+def test_one_row_generation_agrees_with_fp32_and_takes_the_c_step(engine):
+    from workbench.rollout.backends.hf import HFBackend
+
+    peft_model, backend = engine
+    prompts = _prompts(backend.tokenizer)
+    params = SamplingParams(max_new_tokens=24, temperature=0.0)
+    before = backend.stats["native_steps"]
+    fp32 = HFBackend(peft_model, backend.tokenizer)
+    for p in prompts:  # one prompt a call: every decode step is a one-row step
+        backend.clear_cache()
+        a, b = fp32.generate([p], params)[0], backend.generate([p], params)[0]
+        assert a.token_ids[:8] == b.token_ids[:8]
+        n = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), len(b.token_ids))
+        assert max(abs(x - y) for x, y in zip(a.logprobs[:n], b.logprobs[:n])) < 0.1
+    assert backend.stats["native_steps"] - before >= len(prompts) * 8
+
+
+def test_the_padding_mask_is_honoured(engine):
+    """A row prefilled beside a longer prompt (its cache starts with padding) steps as the prompt alone does; the
+    same step told to attend to the padding does not, so the comparison can fail."""
+    _, backend = engine
+    long_, other = _prompts(backend.tokenizer, 2)[:2]
+    short = other[:200]
+    with torch.inference_mode():
+        past, attn, pos, logits = backend._prefill([short, long_], [None, None])
+        _preallocate(past, [0], 8)
+        attn, pos = torch.cat([attn[:1], attn.new_ones((1, 1))], -1), pos[:1] + 1
+        assert int((attn == 0).sum()) == len(long_) - len(short)
+        alone, attn1, pos1, token = _first_step(backend, short)
+        unmasked = copy.deepcopy(past)
+        _, padded_logits = backend.native(token, attn, pos, past)
+        _, alone_logits = backend.native(token, attn1, pos1, alone)
+        _, wrong = backend.native(token, torch.ones_like(attn), pos, unmasked)
+    assert float((padded_logits - alone_logits).abs().max()) < NOISE
+    assert float((wrong - alone_logits).abs().max()) > 2 * NOISE
+
+
+def test_a_batched_step_gives_each_rows_fp32_logits(engine):
+    """Three prompts of different lengths in one padded batch, one C step for all three rows (each weight row read
+    once for the batch): each row's logits against the fp32 model's forward over that row alone."""
+    peft_model, backend = engine
+    prompts = [p[:n] for p, n in zip(_prompts(backend.tokenizer), (320, 260, 200))]
+    with torch.inference_mode():
+        backend.native.active = backend.native.refresh()
+        past, attn, pos, logits = backend._prefill(prompts, [None] * 3)
+        _preallocate(past, None, 8)
+        tokens = logits.argmax(-1)
+        attn, pos = torch.cat([attn, attn.new_ones((3, 1))], -1), pos + 1
+        assert backend.native.takes(tokens, attn, past)
+        _, got = backend.native(tokens, attn, pos, past)
+        for r, p in enumerate(prompts):
+            ref = peft_model(input_ids=torch.tensor([p + [int(tokens[r])]])).logits[0, -1]
+            assert int(got[r].argmax()) == int(ref.argmax())
+            assert float((got[r] - ref).abs().max()) < LOGIT_GAP
+
+
+def test_thread_counts_and_the_plain_c_loops_agree(engine):
+    """The step on 1 and 2 threads: bit-equal (each output row is summed by one thread); the portable build (plain C
+    loops, no -march=native) against the vector kernels: within rounding noise, the same greedy token."""
+    _, backend = engine
+    prompt = _prompts(backend.tokenizer, 1)[0]
+    portable = native.NativeDecode.build(backend.lean, native.load(native.build(portable=True)))
+    assert portable is not None
+    n = torch.get_num_threads()
+    for rows in (1, 3):
+        out = []
+        with torch.inference_mode():  # one prefill (torch's own sums depend on threads)
+            past, attn, pos, logits = backend._prefill([prompt] * rows, [None] * rows)
+            _preallocate(past, None, 8)
+            token, attn, pos = logits.argmax(-1), torch.cat([attn, attn.new_ones((rows, 1))], -1), pos + 1
+            for step, threads in ((backend.native, 1), (backend.native, 2), (portable, 1)):
+                torch.set_num_threads(threads)
+                out.append(step(token, attn, pos, copy.deepcopy(past))[1])
+        torch.set_num_threads(n)
+        assert torch.equal(out[0], out[1])
+        assert float((out[0] - out[2]).abs().max()) < NOISE and torch.equal(out[0].argmax(-1), out[2].argmax(-1))
+
+
+def test_the_cache_grows_and_larger_batches_stay_in_torch(tiny_model):
+    """On a random-init model of the default architecture (width 64: int8 blocks for its off-grid matrices, the
+    generic attention path for head width 16): ten steps from a buffer with room for two, each against the lean torch
+    step on a copy of the cache; a call of more rows than the C step takes stays in torch."""
+    from workbench.models import load_policy
+
+    model, tok = load_policy(tiny_model, device="cpu")
+    backend = QuantBackend(model, tok)
+    assert backend.native is not None and "in C" in backend.describe()
+    with torch.inference_mode():
+        past, attn, pos, token = _first_step(backend, tok.encode("a short prompt for a tiny model"), room=2)
+        for _ in range(10):
+            ref_past, ref = backend.lean(token, attn, pos, copy.deepcopy(past))
+            past, logits = backend.native(token, attn, pos, past)
+            assert torch.allclose(logits, ref, rtol=0, atol=0.02 * float(ref.abs().max()))  # measured 0.8%
+            token = ref.argmax(-1)
+            attn, pos = torch.cat([attn, attn.new_ones((1, 1))], -1), pos + 1
+        assert past.layers[0]._k.shape[2] >= past.layers[0].n == ref_past.layers[0].n
+    before = dict(backend.stats)
+    prompts = [tok.encode(" ".join(["word"] * (i + 1))) for i in range(native.MAX_ROWS + 1)]
+    out = backend.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.0))
+    steps = backend.stats["decode_steps"] - before["decode_steps"]
+    assert all(len(g.token_ids) == 6 for g in out)  # no row stops early: all 9 rows for every step
+    assert steps == 6 and backend.stats["native_steps"] == before["native_steps"]
+
+
+def test_without_a_compiler_the_engine_says_why_and_steps_in_torch(monkeypatch, tiny_model, tmp_path):
+    from workbench.models import load_policy
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(RuntimeError, match="no C compiler .*no-such-cc"):
+        native.build()
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_why", None)
+    model, tok = load_policy(tiny_model, device="cpu")
+    backend = QuantBackend(model, tok)
+    assert backend.native is None and "through torch (no C compiler" in backend.describe()
+    out = backend.generate([tok.encode("hello")], SamplingParams(max_new_tokens=3, temperature=0.0))
+    assert len(out[0].token_ids) == 3 and backend.stats["native_steps"] == 0
+    assert "in C" not in QuantBackend(model, tok, native=False).describe()

@@ -1,0 +1,514 @@
+/* One decode step of a Llama-architecture model for 1 to 8 rows, in one call: the int4 engine's small-batch step
+ * without a torch operator per norm, rotary embedding, attention or residual, each weight unpacked once for all rows
+ * (see native.py, which builds and loads this file and packs the weights).
+ *
+ * Weights are read row by row:
+ *   - int4 in pairs of blocks of 32 inputs, 48 bytes a pair: 32 bytes of 4-bit levels q, the two blocks' fp32 scales s,
+ *     their fp32 offsets zz. w = (q - 8) * scale + zero is the int4 engine's grid (scale and zero rounded to bf16 as it
+ *     rounds them); s = scale and zz = zero - 136 * scale, because the products run on 128 + q (see dot_int4). A
+ *     block's 16 level bytes hold q[j] in the low nibble of byte j and q[j + 16] in the high one, and a pair's 32 bytes
+ *     interleave its two blocks two bytes at a time (A0 A1 B0 B1 A2 A3 B2 B3 ...), so that in a bf16 dot product of
+ *     the widened bytes each fp32 lane sums one block: even lanes the first, odd lanes the second;
+ *   - int8 blocks of 32 inputs, 36 bytes: 32 signed levels, then an fp32 scale d: w = q * d (GGUF's Q8_0 rule).
+ * Activations entering a product are rounded to bf16 first, as the int4 engine's torch kernel does; products of bf16
+ * values are exact in fp32 and sums are fp32. LoRA terms (fp32 A and B, as peft holds them) are added on the
+ * unrounded input. The key/value cache is the backend's own fp32 buffer: this step writes each row's new keys and
+ * values at position n and attends to positions 0..n that its mask keeps. */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+enum { BLOCK = 32, INT4 = 0, INT8 = 1, NPROJ = 7, MAXROWS = 8 };
+/* Bytes ahead of the row being read that each product asks the cache for: one core's hardware prefetcher alone keeps
+ * too few lines in flight (int4 products streamed at 15 GB/s without, 19 GB/s with, near their in-cache speed). */
+#define AHEAD 4096
+
+typedef struct {
+    const uint8_t *data; /* rows x (k / 32) blocks */
+    int64_t n, k;        /* outputs, inputs */
+    int32_t kind;        /* INT4 or INT8 */
+    int32_t pad_;
+} wb_mat;
+
+typedef struct {
+    const float *a; /* r x k (NULL: no LoRA term) */
+    const float *b; /* n x r */
+    float scale;
+    int32_t r;
+} wb_lora;
+
+typedef struct {
+    const float *norm1, *norm2;
+    wb_mat qkv, o, gate_up, down; /* q|k|v and gate|up stacked by output */
+    wb_lora lora[NPROJ];          /* q, k, v, o, gate, up, down */
+} wb_layer;
+
+typedef struct {
+    int64_t layers, hidden, inter, heads, kv_heads, head_dim, vocab;
+    float eps, rope_scale, attn_scale, pad_;
+    const float *inv_freq; /* head_dim / 2 */
+    const float *embed;    /* vocab x hidden */
+    const float *final_norm;
+    wb_mat head;
+    const wb_layer *layer;
+} wb_model;
+
+int wb_simd(void) { /* 512: the AVX-512 kernels (int4 needs AVX512-BF16 too); 0: the portable loops */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    return 512;
+#else
+    return 0;
+#endif
+}
+
+static inline float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; NaN/inf kept */
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* An activation vector ready for the products: rounded to bf16 (xr, fp32 values), as bf16 bits in the interleaved
+ * order of the int4 pairs (xb: per pair, the 32 inputs met by the low nibbles, then the 32 met by the high ones), and
+ * per int4 pair each block's sum over 8 (xs8: added once per lane of its parity, 8 lanes). The inputs met by the high
+ * nibbles are stored times 64 (exact), see dot_int4. */
+typedef struct {
+    float *xr, *xs8;
+    uint16_t *xb;
+} wb_input;
+
+static void prepare(const float *x, int64_t k, const wb_input *in) {
+    for (int64_t i = 0; i < k; i++) in->xr[i] = bf16_round(x[i]);
+    for (int64_t p = 0; p < k / (2 * BLOCK); p++) {
+        const float *a = in->xr + 2 * p * BLOCK, *b = a + BLOCK;
+        uint16_t *o = in->xb + 2 * p * BLOCK;
+        float sa = 0.f, sb = 0.f;
+        for (int j = 0; j < BLOCK; j++) sa += a[j], sb += b[j];
+        in->xs8[2 * p] = sa / 8.f, in->xs8[2 * p + 1] = sb / 8.f;
+        for (int half = 0; half < 2; half++)     /* low nibbles meet inputs 0..15, high nibbles 16..31 */
+            for (int k4 = 0; k4 < 8; k4++)       /* words 4k, 4k+1: block a; 4k+2, 4k+3: block b */
+                for (int e = 0; e < 2; e++) {
+                    uint32_t ua, ub;
+                    const float fa = a[half * 16 + 2 * k4 + e] * (half ? 64.f : 1.f);  /* exact: a power of 2 */
+                    const float fb = b[half * 16 + 2 * k4 + e] * (half ? 64.f : 1.f);
+                    memcpy(&ua, &fa, 4);
+                    memcpy(&ub, &fb, 4);
+                    o[half * 32 + 4 * k4 + e] = (uint16_t)(ua >> 16);
+                    o[half * 32 + 4 * k4 + 2 + e] = (uint16_t)(ub >> 16);
+                }
+    }
+}
+
+/* Outputs of an int4 product for `rows` (1 or 2) consecutive rows from `blk` (k / 64 pairs each, `row` bytes apart).
+ * Each byte of levels is widened to a 16-bit word w; (w & 15) | 0x4300 is the bf16 number 128 + q of its low nibble,
+ * and (w >> 4) | 0x4000 (one funnel shift) the bf16 number 2 + q / 64 of its high nibble, both exact, met by inputs
+ * stored times 64; so a bf16 dot product (AVX512-BF16) multiplies levels by inputs with no conversion to float: per
+ * pair of blocks one widening, two bit operations, two dot products and two multiply-adds, under half the work of
+ * converting levels to fp32. The 128 comes back out through zz (per block: s * sum((128 + q) x) + zz * sum(x) =
+ * sum(((q - 8) * scale + zero) x)). Two rows and alternating accumulators: four independent chains. */
+static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_input *in, int64_t pairs, float *y) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    const __m512i low = _mm512_set1_epi16(0x0f), magic = _mm512_set1_epi16(0x4300), four = _mm512_set1_epi16(4);
+    __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
+    for (int64_t p = 0; p < pairs; p++) {
+        const __m512bh xl = (__m512bh)_mm512_loadu_si512(in->xb + p * 64);
+        const __m512bh xh = (__m512bh)_mm512_loadu_si512(in->xb + p * 64 + 32);
+        double xs;
+        memcpy(&xs, in->xs8 + 2 * p, 8);
+        const __m512 xsv = _mm512_castpd_ps(_mm512_set1_pd(xs));
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *b = blk + r * row + p * 48;
+            _mm_prefetch((const char *)(b + AHEAD), _MM_HINT_T0);
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)b));
+            const __m512i lo = _mm512_ternarylogic_epi32(w, low, magic, 0xEA); /* (w & low) | magic */
+            const __m512i hi = _mm512_shrdi_epi16(w, four, 4); /* (w >> 4) | 0x4000: 2 + q / 64 */
+            __m512 t = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)lo, xl);
+            t = _mm512_dpbf16_ps(t, (__m512bh)hi, xh);
+            double s, zz;
+            memcpy(&s, b + 32, 8);
+            memcpy(&zz, b + 40, 8);
+            __m512 a = _mm512_fmadd_ps(t, _mm512_castpd_ps(_mm512_set1_pd(s)), acc[r][p & 1]);
+            acc[r][p & 1] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(zz)), xsv, a);
+        }
+    }
+    for (int r = 0; r < rows; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+#else
+    for (int r = 0; r < rows; r++) {
+        float acc = 0.f;
+        for (int64_t p = 0; p < pairs; p++) {
+            const uint8_t *b = blk + r * row + p * 48;
+            float t[2] = {0.f, 0.f}, s[2], zz[2];
+            for (int w = 0; w < 32; w++) { /* word w meets xb[w] (low nibble) and xb[32 + w] (high nibble) */
+                uint32_t ul = (uint32_t)in->xb[p * 64 + w] << 16, uh = (uint32_t)in->xb[p * 64 + 32 + w] << 16;
+                float xl, xh;
+                memcpy(&xl, &ul, 4);
+                memcpy(&xh, &uh, 4);
+                t[(w >> 1) & 1] += (128.f + (float)(b[w] & 15)) * xl + (2.f + (float)(b[w] >> 4) / 64.f) * xh;
+            }
+            memcpy(s, b + 32, 8);
+            memcpy(zz, b + 40, 8);
+            acc += s[0] * t[0] + s[1] * t[1] + 8.f * (zz[0] * in->xs8[2 * p] + zz[1] * in->xs8[2 * p + 1]);
+        }
+        y[r] = acc;
+    }
+#endif
+}
+
+static inline float dot_int8(const uint8_t *blk, const float *x, int64_t groups) {
+#ifdef __AVX512F__
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++, blk += 36) {
+        _mm_prefetch((const char *)(blk + AHEAD), _MM_HINT_T0);
+        __m128i lo = _mm_loadu_si128((const __m128i *)blk), hi = _mm_loadu_si128((const __m128i *)(blk + 16));
+        __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), _mm512_loadu_ps(x + g * BLOCK),
+                                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)),
+                                                 _mm512_loadu_ps(x + g * BLOCK + 16)));
+        float d;
+        memcpy(&d, blk + 32, 4);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), t, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float acc = 0.f;
+    for (int64_t g = 0; g < groups; g++, blk += 36) {
+        const int8_t *q = (const int8_t *)blk;
+        float t = 0.f, d;
+        for (int j = 0; j < BLOCK; j++) t += (float)q[j] * x[g * BLOCK + j];
+        memcpy(&d, blk + 32, 4);
+        acc += d * t;
+    }
+    return acc;
+#endif
+}
+
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    float s = 0.f;
+#ifdef __AVX512F__
+    __m512 acc = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    s = _mm512_reduce_add_ps(acc);
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* One weight row of an int4 product against the inputs of M batch rows: the levels are widened once and each input
+ * takes its two dot products and two multiply-adds (M independent chains). Inlined with a constant M, so the
+ * accumulators stay in registers. */
+static inline __attribute__((always_inline)) void dot_int4_rows(const uint8_t *blk, const wb_input *in, const int M,
+                                                                 int64_t pairs, float *y, int64_t ystride) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+    const __m512i low = _mm512_set1_epi16(0x0f), magic = _mm512_set1_epi16(0x4300), four = _mm512_set1_epi16(4);
+    __m512 acc[MAXROWS];
+    for (int r = 0; r < M; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; p++) {
+        const uint8_t *b = blk + p * 48;
+        _mm_prefetch((const char *)(b + AHEAD), _MM_HINT_T0);
+        const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)b));
+        const __m512bh lo = (__m512bh)_mm512_ternarylogic_epi32(w, low, magic, 0xEA);
+        const __m512bh hi = (__m512bh)_mm512_shrdi_epi16(w, four, 4);
+        double s, zz;
+        memcpy(&s, b + 32, 8);
+        memcpy(&zz, b + 40, 8);
+        const __m512 sv = _mm512_castpd_ps(_mm512_set1_pd(s)), zv = _mm512_castpd_ps(_mm512_set1_pd(zz));
+        for (int r = 0; r < M; r++) {
+            __m512 t = _mm512_dpbf16_ps(_mm512_setzero_ps(), lo, (__m512bh)_mm512_loadu_si512(in[r].xb + p * 64));
+            t = _mm512_dpbf16_ps(t, hi, (__m512bh)_mm512_loadu_si512(in[r].xb + p * 64 + 32));
+            double xs;
+            memcpy(&xs, in[r].xs8 + 2 * p, 8);
+            acc[r] = _mm512_fmadd_ps(zv, _mm512_castpd_ps(_mm512_set1_pd(xs)), _mm512_fmadd_ps(t, sv, acc[r]));
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
+#else
+    for (int r = 0; r < M; r++) dot_int4(blk, 0, 1, &in[r], pairs, y + r * ystride);
+#endif
+}
+
+/* One weight row of an int8 product against M inputs: the levels converted to fp32 once. */
+static inline __attribute__((always_inline)) void dot_int8_rows(const uint8_t *blk, const wb_input *in, const int M,
+                                                                 int64_t groups, float *y, int64_t ystride) {
+#ifdef __AVX512F__
+    __m512 acc[MAXROWS];
+    for (int r = 0; r < M; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++, blk += 36) {
+        _mm_prefetch((const char *)(blk + AHEAD), _MM_HINT_T0);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk)));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 16))));
+        float d;
+        memcpy(&d, blk + 32, 4);
+        const __m512 dv = _mm512_set1_ps(d);
+        for (int r = 0; r < M; r++) {
+            const float *x = in[r].xr + g * BLOCK;
+            acc[r] = _mm512_fmadd_ps(dv, _mm512_fmadd_ps(lo, _mm512_loadu_ps(x),
+                                                         _mm512_mul_ps(hi, _mm512_loadu_ps(x + 16))), acc[r]);
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
+#else
+    for (int r = 0; r < M; r++) y[r * ystride] = dot_int8(blk, in[r].xr, groups);
+#endif
+}
+
+#define ROWS_CASES(F, ...) \
+    switch (M) { \
+    case 2: F(__VA_ARGS__, 2); break; \
+    case 3: F(__VA_ARGS__, 3); break; \
+    case 4: F(__VA_ARGS__, 4); break; \
+    case 5: F(__VA_ARGS__, 5); break; \
+    case 6: F(__VA_ARGS__, 6); break; \
+    case 7: F(__VA_ARGS__, 7); break; \
+    default: F(__VA_ARGS__, 8); break; \
+    }
+#define INT4_ROWS(blk, in, pairs, y, ys, m) dot_int4_rows(blk, in, m, pairs, y, ys)
+#define INT8_ROWS(blk, in, groups, y, ys, m) dot_int8_rows(blk, in, m, groups, y, ys)
+
+/* y = m @ x for the prepared inputs of M batch rows; row r's outputs at y + r * ystride. One row: two weight rows at a
+ * time (dot_int4); several: each weight row read once for all of them. */
+static void product(const wb_mat *m, const wb_input *in, int M, float *y, int64_t ystride, int threads) {
+    const int64_t groups = m->k / BLOCK, row = m->kind == INT4 ? groups / 2 * 48 : groups * 36;
+    if (M == 1) {
+        const int64_t pairs = (m->n + 1) / 2;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int64_t p = 0; p < pairs; p++) {
+            const int64_t i = 2 * p;
+            const int rows = i + 1 < m->n ? 2 : 1;
+            if (m->kind == INT4) {
+                dot_int4(m->data + i * row, row, rows, in, groups / 2, y + i);
+            } else {
+                for (int r = 0; r < rows; r++) y[i + r] = dot_int8(m->data + (i + r) * row, in->xr, groups);
+            }
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t i = 0; i < m->n; i++) {
+        if (m->kind == INT4) {
+            ROWS_CASES(INT4_ROWS, m->data + i * row, in, groups / 2, y + i, ystride)
+        } else {
+            ROWS_CASES(INT8_ROWS, m->data + i * row, in, groups, y + i, ystride)
+        }
+    }
+}
+
+/* y[0:n] += scale * B (A x) */
+static void add_lora(const wb_lora *l, const float *x, int64_t k, int64_t n, float *y, float *tmp) {
+    if (!l->a) return;
+    for (int i = 0; i < l->r; i++) tmp[i] = dot_f32(l->a + i * k, x, k);
+    for (int64_t o = 0; o < n; o++) y[o] += dot_f32(l->b + o * l->r, tmp, l->r) * l->scale;
+}
+
+static void rms_norm(const float *h, const float *w, int64_t n, float eps, float *out) {
+    float ss = 0.f;
+    for (int64_t i = 0; i < n; i++) ss += h[i] * h[i];
+    const float r = 1.f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (h[i] * r);
+}
+
+static void rotate(float *x, const float *cs, const float *sn, int64_t d) {
+    const int64_t half = d / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + half] = b * cs[i] + a * sn[i];
+    }
+}
+
+#ifdef __AVX512F__
+/* e^x, 16 lanes (Cephes' expf: x = n ln 2 + r, a degree-6 polynomial in r, times 2^n; about 1 ulp), x >= -87.3. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The 16 sums of v[0..15]'s lanes, in order: a tree of shuffles and adds (46 operations for 16 sums, where one
+ * horizontal sum each takes about 8). */
+static inline __m512 sums16(const __m512 *v) {
+    __m512 u[8], w[4], x[2];
+    for (int i = 0; i < 8; i++) /* 256-bit halves: u[i] = [v[2i]'s 8 partial sums | v[2i+1]'s] */
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit quarters: w[i] = 4 partial sums each of v[4i..4i+3] */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* quarter q: 2 partial sums of v[8i + q], then 2 of v[8i + 4 + q] */
+        x[i] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * i], w[2 * i + 1], 0xEE));
+    /* lane 4q + j holds the sum of v[4j + q]: put it at lane 4j + q */
+    const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+}
+#endif
+
+/* One query head over the cache: softmax(q k^T * scale, padding masked) v into out (d floats); s: T floats scratch. */
+static void attend(const float *q, const float *k, const float *v, const int64_t *mask, int64_t T, int64_t d,
+                   float scale, float *s, float *out) {
+    int64_t t = 0;
+    float top = -INFINITY, sum = 0.f;
+#ifdef __AVX512F__
+    if (d == 64) { /* the default model's head: 16 keys at a time, their 16 dot products summed by one tree */
+        const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
+                     q3 = _mm512_loadu_ps(q + 48);
+        for (; t + 16 <= T; t += 16) {
+            __m512 part[16];
+            for (int i = 0; i < 16; i++) {
+                const float *kt = k + (t + i) * 64;
+                part[i] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(kt + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(kt)));
+                part[i] = _mm512_fmadd_ps(q2, _mm512_loadu_ps(kt + 32), part[i]);
+                part[i] = _mm512_fmadd_ps(q3, _mm512_loadu_ps(kt + 48), part[i]);
+            }
+            _mm512_storeu_ps(s + t, _mm512_mul_ps(sums16(part), _mm512_set1_ps(scale)));
+        }
+    }
+#endif
+    for (; t < T; t++) s[t] = dot_f32(q, k + t * d, d) * scale;
+    for (t = 0; t < T; t++) {
+        if (!mask[t]) s[t] = -INFINITY;
+        else if (s[t] > top) top = s[t];
+    }
+    t = 0;
+#ifdef __AVX512F__
+    {
+        __m512 acc = _mm512_setzero_ps();
+        for (; t + 16 <= T; t += 16) {
+            const __m512 x = _mm512_loadu_ps(s + t);
+            const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+                                                 exp512(_mm512_sub_ps(x, _mm512_set1_ps(top))));
+            _mm512_storeu_ps(s + t, e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        sum = _mm512_reduce_add_ps(acc);
+    }
+#endif
+    for (; t < T; t++) sum += (s[t] = mask[t] ? expf(s[t] - top) : 0.f);
+    memset(out, 0, sizeof(float) * d);
+    const float inv = 1.f / sum;
+    for (t = 0; t < T; t++) {
+        if (s[t] == 0.f) continue;
+        const float p = s[t] * inv, *vt = v + t * d;
+        for (int64_t j = 0; j < d; j++) out[j] += p * vt[j];
+    }
+}
+
+/* out = silu(gate) * up, n entries */
+static void silu_mul(const float *gate, const float *up, int64_t n, float *out) {
+    int64_t i = 0;
+#ifdef __AVX512F__
+    for (; i + 16 <= n; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)),
+                                                _mm512_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < n; i++) out[i] = gate[i] / (1.f + expf(-gate[i])) * up[i];
+}
+
+/* The step for `rows` batch rows (1..MAXROWS). kcache[l] / vcache[l]: layer l's buffers, rows x kv_heads x cap x
+ * head_dim, positions 0..n-1 filled; mask: rows x (n + 1) (0 = a padding position the row must not attend to); tokens,
+ * pos: each row's new token and its position; logits: rows x vocab floats out. Returns 0, -1 when out of memory, -2 for
+ * a row count out of range. */
+int wb_step(const wb_model *m, float *const *kcache, float *const *vcache, int64_t rows, int64_t cap, int64_t n,
+            const int64_t *mask, const int64_t *tokens, const int64_t *pos, float *logits, int threads) {
+    if (rows < 1 || rows > MAXROWS) return -2;
+    const int M = (int)rows;
+    const int64_t H = m->hidden, D = m->head_dim, NQ = m->heads * D, NK = m->kv_heads * D, I = m->inter;
+    const int64_t T = n + 1, per_kv = m->heads / m->kv_heads, per_row = m->kv_heads * cap * D;
+    const int64_t big = I > NQ + 2 * NK ? I : NQ + 2 * NK, W = I > H ? (I > NQ ? I : NQ) : (H > NQ ? H : NQ);
+    /* per row: h, x | xr, xs8, xb | qkv | gate and up | act | att | cos, sin | LoRA scratch (rank <= 256) */
+    const int64_t R = 2 * H + 2 * W + W / BLOCK + 8 + big + 3 * I + NQ + 2 * D + 256;
+    float *work = malloc(sizeof(float) * (size_t)(rows * R + rows * m->heads * T));
+    if (!work) return -1;
+    float *scores = work + rows * R;
+    wb_input in[MAXROWS];
+#define ROW(r, off) (work + (r) * R + (off))
+    const int64_t oX = H, oXR = 2 * H, oXS = oXR + W, oXB = oXS + W / BLOCK + 8, oQKV = oXB + W, oGU = oQKV + big;
+    const int64_t oACT = oGU + 2 * I, oATT = oACT + I, oCS = oATT + NQ, oSN = oCS + D, oTMP = oSN + D;
+    for (int r = 0; r < M; r++) {
+        in[r] = (wb_input){ROW(r, oXR), ROW(r, oXS), (uint16_t *)ROW(r, oXB)};
+        memcpy(ROW(r, 0), m->embed + tokens[r] * H, sizeof(float) * H);
+        float *cs = ROW(r, oCS), *sn = ROW(r, oSN);
+        for (int64_t i = 0; i < D / 2; i++) {
+            const float f = (float)pos[r] * m->inv_freq[i];
+            cs[i] = cs[i + D / 2] = cosf(f) * m->rope_scale;
+            sn[i] = sn[i + D / 2] = sinf(f) * m->rope_scale;
+        }
+    }
+    for (int64_t l = 0; l < m->layers; l++) {
+        const wb_layer *L = &m->layer[l];
+        for (int r = 0; r < M; r++) {
+            rms_norm(ROW(r, 0), L->norm1, H, m->eps, ROW(r, oX));
+            prepare(ROW(r, oX), H, &in[r]);
+        }
+        product(&L->qkv, in, M, ROW(0, oQKV), R, threads);
+        for (int r = 0; r < M; r++) {
+            float *x = ROW(r, oX), *q = ROW(r, oQKV), *k = q + NQ, *v = k + NK, *tmp = ROW(r, oTMP);
+            float *kc = kcache[l] + r * per_row, *vc = vcache[l] + r * per_row;
+            add_lora(&L->lora[0], x, H, NQ, q, tmp);
+            add_lora(&L->lora[1], x, H, NK, k, tmp);
+            add_lora(&L->lora[2], x, H, NK, v, tmp);
+            for (int64_t a = 0; a < m->heads; a++) rotate(q + a * D, ROW(r, oCS), ROW(r, oSN), D);
+            for (int64_t a = 0; a < m->kv_heads; a++) {
+                rotate(k + a * D, ROW(r, oCS), ROW(r, oSN), D);
+                memcpy(kc + (a * cap + n) * D, k + a * D, sizeof(float) * D);
+                memcpy(vc + (a * cap + n) * D, v + a * D, sizeof(float) * D);
+            }
+        }
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+        for (int64_t ra = 0; ra < rows * m->heads; ra++) {
+            const int64_t r = ra / m->heads, a = ra % m->heads, kv = r * per_row + (a / per_kv) * cap * D;
+            attend(ROW(r, oQKV) + a * D, kcache[l] + kv, vcache[l] + kv, mask + r * T, T, D, m->attn_scale,
+                   scores + ra * T, ROW(r, oATT) + a * D);
+        }
+        for (int r = 0; r < M; r++) prepare(ROW(r, oATT), NQ, &in[r]);
+        product(&L->o, in, M, ROW(0, oX), R, threads);
+        for (int r = 0; r < M; r++) {
+            float *h = ROW(r, 0), *x = ROW(r, oX);
+            add_lora(&L->lora[3], ROW(r, oATT), NQ, H, x, ROW(r, oTMP));
+            for (int64_t i = 0; i < H; i++) h[i] += x[i];
+            rms_norm(h, L->norm2, H, m->eps, x);
+            prepare(x, H, &in[r]);
+        }
+        product(&L->gate_up, in, M, ROW(0, oGU), R, threads);
+        for (int r = 0; r < M; r++) {
+            float *x = ROW(r, oX), *gu = ROW(r, oGU), *tmp = ROW(r, oTMP);
+            add_lora(&L->lora[4], x, H, I, gu, tmp);
+            add_lora(&L->lora[5], x, H, I, gu + I, tmp);
+            silu_mul(gu, gu + I, I, ROW(r, oACT));
+            prepare(ROW(r, oACT), I, &in[r]);
+        }
+        product(&L->down, in, M, ROW(0, oX), R, threads);
+        for (int r = 0; r < M; r++) {
+            float *h = ROW(r, 0), *x = ROW(r, oX);
+            add_lora(&L->lora[6], ROW(r, oACT), I, H, x, ROW(r, oTMP));
+            for (int64_t i = 0; i < H; i++) h[i] += x[i];
+        }
+    }
+    for (int r = 0; r < M; r++) {
+        rms_norm(ROW(r, 0), m->final_norm, H, m->eps, ROW(r, oX));
+        prepare(ROW(r, oX), H, &in[r]);
+    }
+    product(&m->head, in, M, logits, m->vocab, threads);
+#undef ROW
+    free(work);
+    return 0;
+}
