@@ -282,7 +282,8 @@ class NativeDecode:
         from workbench.rollout.backends.hf import _BufferedLayer
 
         rows = tokens.shape[0]
-        if not self.active or not 1 <= rows <= MAX_ROWS or attn.dtype != torch.int64 or not attn.is_contiguous():
+        if not self.active or not 1 <= rows <= MAX_ROWS or not attn.is_contiguous() or tokens.dim() != 1 \
+                or any(t.dtype != torch.int64 for t in (attn, tokens)):  # the C step reads int64 ids and masks
             return False
         layers = past.layers
         if len(layers) != len(self.modules) or not all(type(x) is _BufferedLayer for x in layers):
@@ -293,6 +294,7 @@ class NativeDecode:
 
     def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Any, Tensor]:
         layers = past.layers
+        pos = pos.to(torch.int64)
         n = layers[0].n
         for layer in layers:
             layer.reserve(1)
