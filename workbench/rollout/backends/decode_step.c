@@ -161,21 +161,8 @@ static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_
 #endif
 }
 
+/* One output of an int8 product, plain C (the vector kernel is dot_int8_rows). */
 static inline float dot_int8(const uint8_t *blk, const float *x, int64_t groups) {
-#ifdef __AVX512F__
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t g = 0; g < groups; g++, blk += 36) {
-        _mm_prefetch((const char *)(blk + AHEAD), _MM_HINT_T0);
-        __m128i lo = _mm_loadu_si128((const __m128i *)blk), hi = _mm_loadu_si128((const __m128i *)(blk + 16));
-        __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), _mm512_loadu_ps(x + g * BLOCK),
-                                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)),
-                                                 _mm512_loadu_ps(x + g * BLOCK + 16)));
-        float d;
-        memcpy(&d, blk + 32, 4);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), t, acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-#else
     float acc = 0.f;
     for (int64_t g = 0; g < groups; g++, blk += 36) {
         const int8_t *q = (const int8_t *)blk;
@@ -185,7 +172,6 @@ static inline float dot_int8(const uint8_t *blk, const float *x, int64_t groups)
         acc += d * t;
     }
     return acc;
-#endif
 }
 
 static inline float dot_f32(const float *a, const float *b, int64_t n) {
@@ -284,7 +270,7 @@ static void product(const wb_mat *m, const wb_input *in, int M, float *y, int64_
             if (m->kind == INT4) {
                 dot_int4(m->data + i * row, row, rows, in, groups / 2, y + i);
             } else {
-                for (int r = 0; r < rows; r++) y[i + r] = dot_int8(m->data + (i + r) * row, in->xr, groups);
+                for (int r = 0; r < rows; r++) dot_int8_rows(m->data + (i + r) * row, in, 1, groups, y + i + r, 1);
             }
         }
         return;

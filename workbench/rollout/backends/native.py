@@ -247,10 +247,7 @@ class NativeDecode:
     def _mat(self, linears: list[Any]) -> _Mat:
         """The ``linears`` stacked by output, each packed on its own grid: int4 where the int4 copy holds one level
         (and the inputs come in pairs of blocks), else int8 (Q8_0's rule). Stacked matrices share one kind."""
-        kinds = {1 if m.levels > 1 or m.in_features % (2 * BLOCK) else 0 for m in linears}
-        if len(kinds) > 1:
-            kinds = {1}
-        kind = kinds.pop()
+        kind = int(any(m.levels > 1 or m.in_features % (2 * BLOCK) for m in linears))
         data = torch.cat([pack_int8(m._weight.detach()) if kind else pack_int4(*m.grid()) for m in linears])
         self._keep.append(data)
         return _Mat(data=data.data_ptr(), n=sum(m.out_features for m in linears), k=linears[0].in_features, kind=kind)
