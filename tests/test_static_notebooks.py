@@ -78,6 +78,35 @@ def test_widgets_show_the_state_the_last_cell_left(tmp_path):
     assert "".join(bar.get("text/html", "")) == ""
 
 
+@pytest.mark.slow
+def test_a_finished_progress_bar_stays_drawn_without_errors(tmp_path):
+    """tqdm's notebook bar keeps a weak proxy to its bar object: a bar left on screen (leave=True, as the trainer's)
+    and collected must not make each later cell's snapshot refresh raise ReferenceError; it keeps its final values."""
+    import nbformat
+    import papermill as pm
+
+    from workbench.notebooks import kernel_name
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import gc\nfrom tqdm.auto import tqdm\n\ndef train():\n"
+                                  "    bar = tqdm(total=3, desc='TRAINBAR')\n    bar.update(3)\n    bar.close()\n\n"
+                                  "train()\ngc.collect()"),
+        nbformat.v4.new_code_cell("y = 2"),
+        nbformat.v4.new_code_cell("y + 1"),
+    ])
+    src, out = tmp_path / "t.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(with_setup_cell(nb), src)
+    pm.execute_notebook(str(src), str(out), kernel_name=kernel_name(), progress_bar=False, store_widget_state=False)
+    cells = json.loads(out.read_text(encoding="utf-8"))["cells"]
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"], [o.get("ename") for o in outputs]
+    bar = next(o["data"] for o in cells[2]["outputs"] if "text/html" in o.get("data", {}))
+    page = "".join(bar["text/html"])
+    assert "TRAINBAR" in page and "3/3" in page  # the final values, refreshed after the cell
+    assert "".join(cells[4]["outputs"][0]["data"]["text/plain"]) == "3"
+
+
 def _runs_root(root: Path, tokenizer) -> Path:
     from workbench.data.example import Example
     from workbench.eval.runner import evaluate, write_eval_run

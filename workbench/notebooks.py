@@ -104,9 +104,23 @@ _SHOWN: dict[str, tuple[Any, str]] = {}
 _WIDGET_ID = re.compile(r"<div data-wb-widget='([0-9a-f]+)'>")
 
 
+def _drop_dead_owner(w: Any) -> None:
+    """A ``tqdm.notebook`` bar's box keeps only a weak proxy to its bar (``pbar``), which its ``repr`` reads: once
+    the bar object is collected (a finished bar left on screen), every render of the box would raise
+    ``ReferenceError``. Drop the dead proxy, so the box renders as the plain HBox it is, with its final values."""
+    pbar = getattr(w, "pbar", None)
+    if pbar is None:
+        return
+    try:
+        pbar.n  # noqa: B018 - touching the proxy tells whether its bar is alive
+    except ReferenceError:
+        w.pbar = None
+
+
 def _widget_html(w: Any) -> str:
     from widgets.figures import widget_html
 
+    _drop_dead_owner(w)
     snap = widget_html(w)
     mid = getattr(w, "model_id", None)
     if not mid:
@@ -139,6 +153,7 @@ def _refresh_snapshots(*_: Any) -> None:
                 ip.display_pub.publish(data={"text/plain": "", "text/html": ""}, metadata={},
                                        transient={"display_id": f"wb-widget-{mid}"}, update=True)
             continue
+        _drop_dead_owner(w)
         data, md = ip.display_formatter.format(w)  # re-snapshots it into _SHOWN
         if _SHOWN[mid][1] != last:
             ip.display_pub.publish(data=data, metadata=md, transient={"display_id": f"wb-widget-{mid}"}, update=True)

@@ -500,16 +500,16 @@ class Trainer:
         self.begin()
         if lost := missing_encoder(cfg.encoder, self.feature_needs):
             self._warn(lost)
-        bar = tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress)
-        while self.step < total:
-            row = self.train_step()
-            bar.update(1)
-            bar.set_postfix(**self.progress_postfix(row))
-            if cfg.eval_limit and cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < total:
-                self.log_eval()
-            if cfg.save_every and self.step % cfg.save_every == 0 and self.step < total:
-                self.save_checkpoint()
-        bar.close()
+        # closed on the way out either way (a failed step leaves the bar marked failed, not running)
+        with tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress) as bar:
+            while self.step < total:
+                row = self.train_step()
+                bar.update(1)
+                bar.set_postfix(**self.progress_postfix(row))
+                if cfg.eval_limit and cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < total:
+                    self.log_eval()
+                if cfg.save_every and self.step % cfg.save_every == 0 and self.step < total:
+                    self.save_checkpoint()
         if cfg.eval_limit:
             self.log_eval()
         self.save_checkpoint()
