@@ -100,10 +100,10 @@ def test_ask_searches_a_corpus_file_or_a_retrieval_server(tokenizer, tmp_path):
 
 def test_the_default_is_the_trained_agent_and_bad_questions_are_refused(tokenizer, tmp_path, capsys):
     if (TRAINED_ADAPTER / "adapter_model.safetensors").exists():
-        cfg = _config(QUESTION, "search_r1+lora", {})
+        cfg, _ = _config(QUESTION, "search_r1+lora", {})
         assert cfg.adapter == str(TRAINED_ADAPTER) and cfg.entries[0].trained
         assert cfg.protocol_kwargs == {"observation_mode": "chat"}  # the layout it was trained on
-    assert _config(QUESTION, "search_r1", {"protocol_kwargs": {}}).protocol_kwargs == {}  # given: kept
+    assert _config(QUESTION, "search_r1", {"protocol_kwargs": {}})[0].protocol_kwargs == {}  # given: kept
     asker = Asker(ScriptedBackend(tokenizer, SCRIPT))
     for method, options, says in (("search_r1", {}, "the question is empty"), ("search_r1,direct", {}, "one method"),
                                   ("search_r1", {"corpus": "per-question"}, "no paragraphs of its own"),

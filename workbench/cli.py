@@ -87,6 +87,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
         "batch_mib": {"metavar": "MIB"},
         "skip_unavailable": {"action": "store_true"},
         "allow_pickle_weights": {"action": "store_true"},
+        "override_adapter": {"action": "store_true"},
     })
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
@@ -153,6 +154,7 @@ def _ask_args(p: argparse.ArgumentParser) -> None:
         "index": {"metavar": "FILE"},
         "batch_mib": {"metavar": "MIB"},
         "allow_pickle_weights": {"action": "store_true"},
+        "override_adapter": {"action": "store_true"},
     })
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
@@ -204,6 +206,10 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
+    p.add_argument("--override-adapter", action="store_true",
+                   help="keep the flags' values where they contradict what --init-adapter was trained with (its "
+                        "provenance.json or its run's config.json: protocol, protocol arguments, turn budget, model); "
+                        "without it each contradiction is an error, and values not given are taken from the adapter")
     _config_flags(p, TrainConfig)
 
 
@@ -227,7 +233,9 @@ def train_command(args: argparse.Namespace) -> int:
     if args.resume:
         trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:  # a `method:` key in the file, or --method, starts from that method's declaration
-        cfg = methods.train_config_file(args.config, **given) if args.config else methods.train_config(**given)
+        over = {"override_adapter": args.override_adapter}
+        cfg = (methods.train_config_file(args.config, **over, **given) if args.config
+               else methods.train_config(**over, **given))
         trainer = methods.trainer(cfg, run=args.out, progress=not args.no_progress)
     if trainer.rank == 0:
         print(f"training {trainer.config.preset} / {trainer.config.reward} / {trainer.config.protocol} on "
@@ -401,8 +409,9 @@ def sft_command(args: argparse.Namespace) -> int:
     if args.resume:
         trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:
-        cfg = (methods.train_config_file(args.config, SFTConfig, **given) if args.config
-               else methods.train_config(config_class=SFTConfig, **given))
+        over = {"override_adapter": args.override_adapter}
+        cfg = (methods.train_config_file(args.config, SFTConfig, **over, **given) if args.config
+               else methods.train_config(config_class=SFTConfig, **over, **given))
         kw = {}
         extra = benchmark_examples(cfg.traces)  # traces of a benchmark file's questions: train on those too
         if extra:

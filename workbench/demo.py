@@ -157,6 +157,7 @@ def run_demo(
         group_size=group_size, temperature=temperature, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed,
         device=device, log=lambda m: _say("      " + m), adapter=str(adapter) if adapter else None,
         protocol_kwargs=dict(DEMO_PROTOCOL_KWARGS), batch_mib=DEMO_BATCH_MIB, rollout_engine=rollout_engine,
+        override_adapter=True,  # the demo's own turn budget (3 x 80 tokens), not the adapter's 4 x 64
     )
     metrics = run.metrics()
     timings: dict[str, float] = dict(metrics.get("timings") or {})

@@ -28,7 +28,15 @@ from typing import Any
 
 from workbench.data.example import Example
 from workbench.eval.adapters import TRAINED_ADAPTER
-from workbench.eval.config import CORPUS_SETTINGS, TRAINED, EvalConfig, EvalEntry, protocol_takes
+from workbench.eval.config import (
+    CORPUS_SETTINGS,
+    DEFAULT_MODEL,
+    TRAINED,
+    EvalConfig,
+    EvalEntry,
+    protocol_takes,
+    with_adapter_settings,
+)
 from workbench.protocols.base import ANSWER, INVALID, SEARCH
 from workbench.rl.train_config import DEFAULT_PROTOCOL_KWARGS
 from workbench.rollout.backends.base import Backend
@@ -43,7 +51,7 @@ DEFAULT_METHOD = f"search_r1{TRAINED}"
 #: limit, split, group size...) are an evaluation's.
 ASK_FIELDS = ("model", "adapter", "corpus", "retriever", "index", "encoder", "query_prefix", "pooling", "retrieval_url",
               "kg", "protocol_kwargs", "max_turns", "max_new_tokens", "temperature", "seed", "device",
-              "rollout_engine", "batch_mib", "allow_pickle_weights")
+              "rollout_engine", "batch_mib", "allow_pickle_weights", "override_adapter")
 
 #: What a step of a turn is: the policy's reasoning, its query, what the tool found (or its error), its answer, an
 #: action that could not be parsed, or an observation that is not a tool's (a format hint).
@@ -126,7 +134,8 @@ class Answered:
     seconds: float
 
 
-def _config(question: str, method: str, options: dict[str, Any]) -> EvalConfig:
+def _config(question: str, method: str, options: dict[str, Any]) -> tuple[EvalConfig, str | None]:
+    """The question's EvalConfig, and a one-line note of the settings taken from the adapter (None: none)."""
     if not str(question).strip():
         raise ValueError("the question is empty: ask something, e.g. workbench ask \"Who founded Tarnholm Mills?\"")
     unknown = sorted(set(options) - set(ASK_FIELDS))
@@ -142,10 +151,11 @@ def _config(question: str, method: str, options: dict[str, Any]) -> EvalConfig:
         options["corpus"] = None
     if method.endswith(TRAINED) and not options.get("adapter") and (TRAINED_ADAPTER / "adapter_model.safetensors").exists():
         options["adapter"] = str(TRAINED_ADAPTER)  # the shipped trained adapter
+    options, note = with_adapter_settings(method, options, options.get("model") or DEFAULT_MODEL)
     if options.get("protocol_kwargs") is None:  # the layout the adapters were trained on, where the protocol takes it
         base = EvalEntry.parse(method).method.protocol
         options["protocol_kwargs"] = protocol_takes(base, dict(DEFAULT_PROTOCOL_KWARGS))
-    return EvalConfig(methods=method, dataset="world", **options)
+    return EvalConfig(methods=method, dataset="world", **options), note
 
 
 class Asker:
@@ -218,7 +228,9 @@ class Asker:
         from workbench.eval.runner import evaluate, write_eval_run
 
         say = log or (lambda msg: None)
-        cfg = _config(question, method, options)
+        cfg, note = _config(question, method, options)
+        if note:
+            say(f"[adapter] {note}")
         entry = cfg.entries[0]
         with self._lock:
             backend = self._backend(cfg, say)

@@ -209,6 +209,12 @@ class EvalConfig:
     """Load a model directory that has only pickle weights (``pytorch_model.bin``). Pickle files can run
     code when loaded: only for files you trust (default: safetensors only)."""
 
+    override_adapter: bool = False
+    """Keep the values given (``--protocol-kwargs``, ``--max-turns``, ``--max-new-tokens``, ``--model``, the method's
+    protocol) where they contradict what the ``--adapter`` was trained with (its ``provenance.json``, or its run's
+    ``config.json``); without it each contradiction is an error naming both values. Values not given are taken from
+    the adapter either way (:mod:`workbench.rl.adapter_settings`)."""
+
     report_to: str = "none"
     """Experiment trackers that get a copy of the finished run, comma-separated: tensorboard, wandb, mlflow, trackio
     (or none), each offline into the run directory (``workbench.rl.trackers``; the library is an extra: ``pip install
@@ -318,6 +324,49 @@ class EvalConfig:
         d["methods"] = list(self.methods)
         d["kg"] = list(self.kg) if self.kg else None
         return d
+
+
+def with_adapter_settings(methods: str | list[str] | tuple[str, ...], options: dict[str, Any],
+                          model: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """``options`` (the :class:`EvalConfig` values given; absent = not given) with the settings ``options["adapter"]``
+    was trained with filled in for its ``M+lora`` methods: the protocol arguments their protocol takes and the turn
+    budget (:class:`~workbench.rl.adapter_settings.AdapterSettings`), and a one-line note of what was applied (None:
+    nothing). A given value, ``model`` or a ``+lora`` method's protocol that contradicts the adapter is a one-line
+    error unless ``options["override_adapter"]``."""
+    adapter = options.get("adapter")
+    trained = [EvalEntry.parse(m) for m in parse_methods(methods) if m.endswith(TRAINED)] if adapter else []
+    if not trained:  # no adapter, or no method uses it: EvalConfig names that problem
+        return options, None
+    from workbench.eval.adapters import resolve_adapter
+    from workbench.rl.adapter_settings import adapter_settings
+
+    resolve_adapter(adapter)  # a bad path: the one-line error, before the settings are looked for
+    settings = adapter_settings(adapter)
+    override = bool(options.get("override_adapter"))
+    notes = []
+    for e in trained:  # each +lora method's protocol against the adapter's
+        _, note = settings.apply({"protocol": e.method.protocol.name}, ("protocol",), override=override)
+        notes.append(note)
+
+    def takes(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for e in trained for k, v in protocol_takes(e.method.protocol, kwargs).items()}
+
+    given = {**options, "model": model} if model is not None else dict(options)
+    if isinstance(given.get("protocol_kwargs"), str):  # JSON text, as EvalConfig takes it
+        import json
+
+        try:
+            given["protocol_kwargs"] = json.loads(given["protocol_kwargs"] or "{}")
+        except json.JSONDecodeError:
+            return options, None  # EvalConfig names the bad JSON
+    out, note = settings.apply(given, ("model", "protocol_kwargs", "max_turns", "max_new_tokens"), override=override,
+                               takes=takes)
+    if model is None:
+        out.pop("model", None)
+    elif "model" not in options:
+        out.pop("model")
+    notes = [n.replace(f"adapter {settings.path}: ", "") for n in [*notes, note] if n]
+    return out, (f"adapter {settings.path}: " + "; ".join(notes)) if notes else None
 
 
 #: ``--corpus`` values that are settings rather than files.

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.data.example import Example
-from workbench.eval.config import DEFAULT_MODEL, EvalConfig, EvalEntry
+from workbench.eval.config import DEFAULT_MODEL, EvalConfig, EvalEntry, with_adapter_settings
 from workbench.protocols.base import Protocol
 from workbench.rewards.outcomes import MEAN_KEYS, OUTCOME_KEYS, score, summarize  # noqa: F401 (re-exported)
 from workbench.rl.trackers import report_run
@@ -428,7 +428,10 @@ def run_eval(
     """
     backend = model if isinstance(model, Backend) else None
     model_name = getattr(backend, "name", "backend") if backend is not None else str(model)
+    options, note = with_adapter_settings(methods, options, None if backend is not None else model_name)
     cfg = EvalConfig(methods=methods, dataset=str(dataset), model=model_name, **options)
+    if note:
+        _say(log, f"[adapter] {note}")
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()

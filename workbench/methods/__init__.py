@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from workbench.methods.base import Method
@@ -145,15 +146,47 @@ def preset_protocol(name: str) -> type[Protocol]:
 # ============================================================================= training runs
 
 
-def train_config(method: str | None = None, config_class: type[TrainConfig] | None = None, **fields: Any) -> TrainConfig:
+def train_config(method: str | None = None, config_class: type[TrainConfig] | None = None, *,
+                 override_adapter: bool = False, log: Callable[[str], None] | None = print,
+                 **fields: Any) -> TrainConfig:
     """A :class:`~workbench.rl.train_config.TrainConfig` (or ``config_class``, e.g. ``SFTConfig``): method
     ``method``'s declaration with ``fields`` on top (:meth:`Method.train_config`), or ``fields`` alone. Empty values
-    (``""``, ``None``, ``[]``, ``{}``) mean "the default", so a notebook's parameters cell can pass every field."""
+    (``""``, ``None``, ``[]``, ``{}``) mean "the default", so a notebook's parameters cell can pass every field.
+
+    With ``init_adapter``, what that adapter was trained with fills the fields not given (:func:`with_init_adapter`;
+    ``log`` hears the one-line note), and a given field that contradicts it is an error unless ``override_adapter``."""
+    given = {k: v for k, v in fields.items() if v not in ("", None) and not (isinstance(v, (list, dict)) and not v)}
+    return checked(with_init_adapter(method, config_class, given, override_adapter, log))
+
+
+def _build(method: str | None, config_class: type[TrainConfig] | None, given: dict[str, Any]) -> TrainConfig:
     from workbench.rl.train_config import TrainConfig
 
-    given = {k: v for k, v in fields.items() if v not in ("", None) and not (isinstance(v, (list, dict)) and not v)}
-    cfg = get_method(method).train_config(config_class, **given) if method else (config_class or TrainConfig).from_dict(given)
-    return checked(cfg)
+    return get_method(method).train_config(config_class, **given) if method else (config_class or TrainConfig).from_dict(given)
+
+
+def with_init_adapter(method: str | None, config_class: type[TrainConfig] | None, given: dict[str, Any],
+                      override: bool = False, log: Callable[[str], None] | None = print) -> TrainConfig:
+    """The config ``given`` builds (over ``method``'s declaration), where a ``given["init_adapter"]`` brings the
+    settings it was trained with (:mod:`workbench.rl.adapter_settings`): its protocol arguments and turn budget
+    fill the fields not given, and a given field, the protocol or the model that contradicts them is a one-line
+    error naming both values, unless ``override``."""
+    cfg = _build(method, config_class, given)
+    if not cfg.init_adapter:
+        return cfg
+    from workbench.eval.config import protocol_takes
+    from workbench.rl.adapter_settings import adapter_settings
+
+    settings = adapter_settings(cfg.init_adapter, label="--init-adapter")
+    out, note = settings.apply({**given, "protocol": cfg.protocol}, ("model", "protocol", "protocol_kwargs",
+                                                                     "max_turns", "max_new_tokens", "max_total_tokens"),
+                               override=override, takes=lambda kw: protocol_takes(protocol_class(cfg.protocol), kw),
+                               check_only=("protocol",))
+    if "protocol" not in given:
+        out.pop("protocol")
+    if note and log is not None:
+        log(note)
+    return _build(method, config_class, out)
 
 
 def checked(config: TrainConfig) -> TrainConfig:
@@ -171,10 +204,11 @@ def train_config_file(path: str | os.PathLike, config_class: type[TrainConfig] |
     a ``method:`` key starts from that method's declaration."""
     from workbench.rl.train_config import TrainConfig, read_config_file
 
+    override = overrides.pop("override_adapter", False)
+    log = overrides.pop("log", print)
     data = {**read_config_file(path, config_class or TrainConfig), **overrides}
     method = data.pop("method", None)
-    cfg = get_method(method).train_config(config_class, **data) if method else (config_class or TrainConfig).from_dict(data)
-    return checked(cfg)
+    return checked(with_init_adapter(method, config_class, data, override, log))
 
 
 def run_parts(config: TrainConfig) -> RunParts:

@@ -1,0 +1,143 @@
+"""What a trained adapter was trained with, applied wherever it is used again.
+
+An adapter learns one layout: Search-R1's protocol with observations as user turns (``observation_mode: chat``), 4
+turns of at most 64 tokens. Rolled out in another layout it fails quietly (the shipped adapter answers 14% of questions
+with inline observations, against most with chat ones). So ``eval``, ``ask``, ``sft``/``train --init-adapter`` and
+the notebooks read what the adapter records and apply it by default:
+
+- ``provenance.json`` beside the adapter (``bench/ship_adapter.py`` writes it: the run's whole config), or
+- the run's ``config.json`` when the adapter is a run's checkpoint (``<run>/checkpoints/step_N``) or a run directory.
+
+What is read (:data:`SETTINGS`): the base model, the protocol and its arguments, and the turn budget. A value the
+caller did not give is taken from the adapter, and one line says so; a value that contradicts the adapter is a
+one-line error naming both values and ``--override-adapter``, which keeps the caller's values (and says so).
+
+    >>> s = AdapterSettings(path=Path("a"), source=None, values={"protocol": "search_r1", "max_turns": 4,
+    ...                     "protocol_kwargs": {"observation_mode": "chat"}})
+    >>> given, note = s.apply({"max_turns": 4}, fields=("max_turns", "max_new_tokens", "protocol_kwargs"))
+    >>> given["protocol_kwargs"], note
+    ({'observation_mode': 'chat'}, 'adapter a: observation_mode=chat from its training config')
+    >>> s.apply({"max_turns": 3}, fields=("max_turns",))
+    Traceback (most recent call last):
+    ...
+    ValueError: --max-turns 3 contradicts the adapter a, trained with 4: drop --max-turns to use the adapter's value, or pass --override-adapter to keep 3
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The settings an adapter carries, in the order they are reported.
+SETTINGS = ("model", "protocol", "protocol_kwargs", "max_turns", "max_new_tokens", "max_total_tokens")
+#: Settings compared but never filled in (a caller always names its model and method; only a mismatch matters).
+CHECKED_ONLY = ("model", "protocol")
+#: The flag that keeps the caller's values where they contradict the adapter's.
+OVERRIDE_FLAG = "--override-adapter"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """The settings adapter ``path`` was trained with (``values``: a subset of :data:`SETTINGS`), read from
+    ``source`` (None: nothing recorded)."""
+
+    path: Path
+    source: Path | None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, given: dict[str, Any], fields: tuple[str, ...] | list[str], *, override: bool = False,
+              takes: Any = None, check_only: tuple[str, ...] = CHECKED_ONLY) -> tuple[dict[str, Any], str | None]:
+        """``given`` (the values the caller set; absent or None = not set) with the adapter's settings among ``fields``
+        filled in, and a one-line note of what was applied or overridden (None: nothing to say).
+
+        ``takes(kwargs) -> kwargs``: the protocol arguments the caller's protocol accepts (the adapter's others are
+        left out). ``check_only``: settings compared where given but never filled in. A value in ``given`` that differs from the adapter's raises a ``ValueError`` naming both and
+        :data:`OVERRIDE_FLAG`, unless ``override``."""
+        out = dict(given)
+        applied: list[str] = []
+        kept: list[str] = []
+
+        def clash(name: str, mine: Any, theirs: Any, shown: str | None = None) -> None:
+            if override:
+                kept.append(f"{shown or name}={_show(mine)} (adapter: {_show(theirs)})")
+                return
+            flag = shown or _flag(name)
+            raise ValueError(f"{flag} {_show(mine)} contradicts the adapter {self.path}, trained with {_show(theirs)}: "
+                             f"drop {flag} to use the adapter's value, or pass {OVERRIDE_FLAG} to keep {_show(mine)}")
+
+        for name in SETTINGS:
+            if name not in fields or name not in self.values or self.values[name] is None:
+                continue
+            theirs, mine = self.values[name], out.get(name)
+            if name == "protocol_kwargs":
+                theirs = dict(takes(theirs) if takes is not None else theirs)
+                merged = dict(mine or {})
+                for k, v in theirs.items():
+                    if k not in merged:
+                        merged[k] = v
+                        applied.append(f"{k}={_show(v)}")
+                    elif merged[k] != v:
+                        clash(k, merged[k], v, shown=f"--protocol-kwargs {k}")
+                out[name] = merged
+            elif mine is None:
+                if name not in check_only:
+                    out[name] = theirs
+                    applied.append(f"{name}={_show(theirs)}")
+            elif mine != theirs:
+                clash(name, mine, theirs)
+        parts = []
+        if applied:
+            parts.append(", ".join(applied) + " from its training config")
+        if kept:
+            parts.append(f"kept by {OVERRIDE_FLAG}: " + ", ".join(kept))
+        return out, (f"adapter {self.path}: " + "; ".join(parts)) if parts else None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not readable as JSON ({type(e).__name__}: {e}); restore it from the adapter's "
+                         f"source, or delete it to use the adapter without its settings") from None
+    return data if isinstance(data, dict) else None
+
+
+def settings_source(adapter: Path) -> tuple[Path | None, dict[str, Any]]:
+    """Where ``adapter`` (an adapter directory) records its training config, and that config: its
+    ``provenance.json`` (key ``config``), else the config of the run it is a checkpoint of."""
+    prov = adapter / "provenance.json"
+    if prov.is_file():
+        data = _read_json(prov) or {}
+        config = data.get("config")
+        return prov, config if isinstance(config, dict) else {}
+    run = adapter.parent.parent  # <run>/checkpoints/step_N
+    if adapter.parent.name == "checkpoints" and (run / "config.json").is_file():
+        return run / "config.json", _read_json(run / "config.json") or {}
+    return None, {}
+
+
+def adapter_settings(path: str | os.PathLike, label: str = "--adapter") -> AdapterSettings:
+    """The settings of the adapter ``path`` names (an adapter directory or an sft/train run: its newest checkpoint);
+    empty when it records none (an adapter from elsewhere). ``label``: the flag a bad path is named by."""
+    from workbench.rl.policy import adapter_dir
+
+    try:
+        d = adapter_dir(Path(path).expanduser())
+    except FileNotFoundError as e:
+        raise ValueError(f"{label} {path}: {e}") from None
+    source, config = settings_source(d)
+    values = {k: config[k] for k in SETTINGS if config.get(k) is not None}
+    if "protocol_kwargs" in values and not isinstance(values["protocol_kwargs"], dict):
+        values.pop("protocol_kwargs")
+    return AdapterSettings(path=Path(path), source=source, values=values)
