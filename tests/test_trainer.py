@@ -274,6 +274,35 @@ def test_resume_gives_the_same_next_step(tmp_path, tiny):
         torch.testing.assert_close(sa[k], sb[k], rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("engine", ["fp32", "int4"])
+def test_the_same_command_twice_gives_the_same_adapter(tmp_path, tiny, engine):
+    """Same config, seed, machine and rollout engine: bit-identical LoRA tensors, saved files and step metrics (the
+    int4 engine where this CPU runs it); another seed gives another adapter."""
+    from safetensors.torch import load_file
+
+    from workbench.rollout.backends.quant import choose_engine
+
+    cfg = dict(tiny, steps=2, reward="dynasearcher", preset="grpo", lr=1e-3, seed=3, rollout_engine=engine,
+               loss_overrides={"dynamic_filter": False})
+    runs = {}
+    for name, seed in (("a", 3), ("b", 3), ("other", 4)):
+        tr = LengthReward(TrainConfig(**{**cfg, "seed": seed}), wm.run_parts(TrainConfig(**cfg)), run=tmp_path / name,
+                          progress=False)
+        if name == "a" and engine != "fp32" and choose_engine(engine, tr.policy.model)[0] != engine:
+            pytest.skip(f"this CPU or torch build does not run the {engine} engine")
+        tr.train()
+        runs[name] = (adapter_state(tr), load_file(latest_checkpoint(tr.run.path) / "adapter_model.safetensors"),
+                      [r for r in tr.run.step_metrics() if "reward_mean" in r])
+    (a, fa, rows_a), (b, fb, rows_b), (other, _, _) = runs["a"], runs["b"], runs["other"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert fa.keys() == fb.keys() and all(torch.equal(fa[k], fb[k]) for k in fa)
+    def measured(row):  # everything but the clocks (seconds, rates)
+        return {k: v for k, v in row.items() if not (k.endswith("_s") or "_per_s" in k or k.startswith("time_"))}
+
+    assert [measured(r) for r in rows_a] == [measured(r) for r in rows_b] and len(measured(rows_a[0])) > 20
+    assert any(not torch.equal(a[k], other[k]) for k in a)  # the seed matters: this test could fail
+
+
 def test_micro_batches_do_not_change_the_update(tmp_path, tiny):
     cfg = dict(tiny, steps=1, reward="dynasearcher", preset="dapo", lr=1e-3,
                loss_overrides={"num_mini_batches": 1, "dynamic_filter": False})
