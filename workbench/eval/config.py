@@ -23,6 +23,8 @@ import textwrap
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from workbench.protocols.base import protocol_takes
+
 if TYPE_CHECKING:
     from workbench.methods import Method
     from workbench.protocols.base import Protocol
@@ -34,18 +36,6 @@ DEFAULT_MODEL = "smollm2-135m"
 #: The suffix of a method evaluated with the ``--adapter`` (``search_r1+lora``); the plain name is the same model
 #: with the adapter disabled.
 TRAINED = "+lora"
-
-
-def protocol_takes(protocol: type[Protocol], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The items of ``kwargs`` that ``protocol``'s constructor takes."""
-    out = {}
-    for k, v in kwargs.items():  # a constructor with **kwargs passes them on: try each one
-        try:
-            protocol(**{k: v})
-        except TypeError:
-            continue
-        out[k] = v
-    return out
 
 
 @dataclass(frozen=True)

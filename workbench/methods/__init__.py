@@ -22,6 +22,7 @@ import importlib
 import os
 import pkgutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.methods.base import Method
@@ -172,9 +173,9 @@ def with_init_adapter(method: str | None, config_class: type[TrainConfig] | None
     fill the fields not given, and a given field, the protocol or the model that contradicts them is a one-line
     error naming both values, unless ``override``."""
     cfg = _build(method, config_class, given)
-    if not cfg.init_adapter:
-        return cfg
-    from workbench.eval.config import protocol_takes
+    if not cfg.init_adapter or not Path(cfg.init_adapter).expanduser().exists():
+        return cfg  # nothing to read yet (a recipe's dry run names adapters later stages make); loading names it
+    from workbench.protocols.base import protocol_takes
     from workbench.rl.adapter_settings import adapter_settings
 
     settings = adapter_settings(cfg.init_adapter, label="--init-adapter")

@@ -523,3 +523,15 @@ class Protocol:
             "n_invalid": traj.n_invalid,
             "format_ok": bool(actions) and traj.n_invalid == 0 and actions[-1].get("kind") == ANSWER,
         }
+
+
+def protocol_takes(protocol: type[Protocol], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The items of ``kwargs`` that ``protocol``'s constructor takes."""
+    out = {}
+    for k, v in kwargs.items():  # a constructor with **kwargs passes them on: try each one
+        try:
+            protocol(**{k: v})
+        except TypeError:
+            continue
+        out[k] = v
+    return out
