@@ -1,9 +1,9 @@
 """What a trained adapter was trained with, applied wherever it is used again.
 
 An adapter learns one layout: Search-R1's protocol with observations as user turns (``observation_mode: chat``), 4
-turns of at most 64 tokens. Rolled out in another layout it fails quietly (the shipped adapter answers 14% of questions
-with inline observations, against most with chat ones). So ``eval``, ``ask``, ``sft``/``train --init-adapter`` and
-the notebooks read what the adapter records and apply it by default:
+turns of at most 64 tokens. Rolled out in another layout it fails quietly (with inline observations the shipped adapter
+mostly runs out of turns instead of answering). So ``eval``, ``ask``, ``sft``/``train --init-adapter`` and the
+notebooks read what the adapter records and apply it by default:
 
 - ``provenance.json`` beside the adapter (``bench/ship_adapter.py`` writes it: the run's whole config), or
 - the run's ``config.json`` when the adapter is a run's checkpoint (``<run>/checkpoints/step_N``) or a run directory.
