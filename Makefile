@@ -79,12 +79,14 @@ test-latest:
 
 # Refresh the locks from fresh environments of the newest versions (then run `make test` before committing them).
 # pip freeze gives each environment's exact versions; uv adds every file's hash from the package index.
+# uv goes in a venv of its own (.venv-lock-tools), so it is not frozen into a lock.
 lock:
 	rm -rf .venv-latest .venv-verl-latest
 	$(MAKE) setup verl-env $(LATEST)
-	.venv-latest/bin/python -m pip install --disable-pip-version-check --quiet uv $(QUIET)
-	.venv-latest/bin/python requirements/freeze.py .venv-latest $(MAIN_LOCK)
-	.venv-latest/bin/python requirements/freeze.py .venv-verl-latest $(VERL_LOCK)
+	@test -x .venv-lock-tools/bin/python || $(PYTHON) -m venv .venv-lock-tools
+	.venv-lock-tools/bin/python -m pip install --disable-pip-version-check --quiet uv $(QUIET)
+	.venv-lock-tools/bin/python requirements/freeze.py .venv-latest $(MAIN_LOCK)
+	.venv-lock-tools/bin/python requirements/freeze.py .venv-verl-latest $(VERL_LOCK)
 
 demo: setup
 	$(BIN)/workbench demo
@@ -110,4 +112,4 @@ lab: setup
 	$(BIN)/workbench lab
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) .venv-latest .venv-verl-latest runs .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) .venv-latest .venv-verl-latest .venv-lock-tools runs .pytest_cache
