@@ -3,7 +3,9 @@ same GGUF (the default model's Q4_1 file), on the same token ids.
 
     .venv/bin/python bench/bench_quant_rollout.py [--threads 1] [--repeats 3] [--engines fp32,int4,llama.cpp]
 
-(Among the engines, ``int4`` is the engine as rollouts run it, its decode steps of up to 8 rows in C
+(``ct2-int8`` is CTranslate2 on the default model converted to int8 (``pip install ctranslate2``; the conversion is
+cached in the workbench cache; ``--adapter DIR`` also times an RL step's hand-over: merge, save, convert, load).
+Among the engines, ``int4`` is the engine as rollouts run it, its decode steps of up to 8 rows in C
 (``decode_step.c``); ``int4-torch`` the same engine with every decode step in torch (``LeanDecode``, as before the C
 step); ``int4-hf`` with its decode steps through transformers' own forward, as before ``LeanDecode``.)
 
@@ -80,6 +82,98 @@ def torch_runner(engine: str, threads: int):
         return sum(len(g.token_ids) for g in gens)
 
     return run
+
+
+# --------------------------------------------------------------------------- CTranslate2
+
+
+def ct2_model(model_dir: str, out: str, quantization: str = "int8") -> tuple[str, float]:
+    """``model_dir`` (a transformers model directory) converted for CTranslate2 into ``out`` (kept when there),
+    and the seconds the conversion took (0 when it was there)."""
+    import ctranslate2
+
+    if os.path.exists(os.path.join(out, "model.bin")):
+        return out, 0.0
+    t0 = time.perf_counter()
+    ctranslate2.converters.TransformersConverter(model_dir, low_cpu_mem_usage=True).convert(
+        out, quantization=quantization, force=True)
+    return out, time.perf_counter() - t0
+
+
+def ct2_runner(threads: int, compute_type: str = "int8"):
+    """CTranslate2 (``pip install ctranslate2``) on the default model converted to ``compute_type``: token ids in,
+    the generated count out, the same workloads as the torch engines (each prompt forwarded at once:
+    ``include_prompt_in_result=False``)."""
+    import ctranslate2
+
+    from workbench.models import load_tokenizer, resolve_model_path
+    from workbench.paths import cache_dir
+
+    tok = load_tokenizer()
+    path, secs = ct2_model(resolve_model_path(), str(cache_dir() / "ct2" / f"smollm2-135m-{compute_type}"),
+                           compute_type)
+    print(f"# ct2-{compute_type}: converted in {secs:.1f} s (0: cached); CT2_FORCE_CPU_ISA="
+          f"{os.environ.get('CT2_FORCE_CPU_ISA', '(unset: its best for this CPU)')}")
+    ctranslate2.set_random_seed(0)
+    gen = ctranslate2.Generator(path, device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1)
+    eos = [tok.eos_token_id]
+
+    def run(prompts: list[list[int]], new: int, temperature: float) -> int:
+        tokens = [tok.convert_ids_to_tokens(p) for p in prompts]
+        res = gen.generate_batch(tokens, max_length=new, include_prompt_in_result=False, end_token=eos,
+                                 sampling_topk=1 if temperature == 0 else 0, sampling_temperature=temperature or 1.0)
+        return sum(len(r.sequences_ids[0]) for r in res)
+
+    run([tok.encode("warm up")], 4, 0.0)
+    return run
+
+
+def ct2_handover(threads: int, adapter: str) -> None:
+    """What moving a new LoRA into CTranslate2 costs an RL step (merge into a copy of the fp32 model, save, convert),
+    and how far its logprobs are from the trainer's fp32 ones on its own greedy tokens (``rollout_logprob_diff``:
+    mean |ct2 - fp32| per token, ct2's from ``return_logits_vocab``)."""
+    import tempfile
+
+    import ctranslate2
+    import numpy as np
+    import torch
+
+    from workbench.eval.adapters import attach_adapter
+    from workbench.models import load_policy
+
+    torch.set_num_threads(threads)
+    model, tok = load_policy(device="cpu")
+    peft = attach_adapter(model, adapter)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        merged = peft.merge_and_unload()
+        t1 = time.perf_counter()
+        merged.save_pretrained(tmp + "/hf")
+        tok.save_pretrained(tmp + "/hf")
+        t2 = time.perf_counter()
+        path, conv = ct2_model(tmp + "/hf", tmp + "/ct2")
+        t3 = time.perf_counter()
+        gen = ctranslate2.Generator(path, device="cpu", compute_type="int8", intra_threads=threads)
+        t4 = time.perf_counter()
+        print(f"# ct2 hand-over of {adapter}: merge {t1 - t0:.2f} s, save {t2 - t1:.2f} s, convert {conv:.2f} s, "
+              f"load {t4 - t3:.2f} s: {t4 - t0:.2f} s a step")
+        distinct, _ = make_prompts()
+        diffs, n = [], 0
+        for p in distinct:
+            r = gen.generate_batch([tok.convert_ids_to_tokens(p)], max_length=64, include_prompt_in_result=False,
+                                   end_token=[tok.eos_token_id], return_logits_vocab=True)[0]
+            ids = r.sequences_ids[0]
+            if not ids:
+                continue
+            lp_ct2 = [torch.log_softmax(torch.as_tensor(np.asarray(lg), dtype=torch.float32).reshape(-1), -1)[t].item()
+                      for lg, t in zip(r.logits[0], ids)]
+            with torch.no_grad():
+                logits = merged(torch.tensor([p + ids])).logits[0, len(p) - 1: len(p) + len(ids) - 1].float()
+            lp_fp32 = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+            diffs += [abs(a - b) for a, b in zip(lp_ct2, lp_fp32)]
+            n += sum(int(torch.argmax(logits[i])) == t for i, t in enumerate(ids))
+        print(f"# ct2 int8 vs fp32 on ct2's greedy tokens ({len(diffs)}, 8 prompts): mean |logprob diff| "
+              f"{statistics.mean(diffs):.4f}, max {max(diffs):.3f}; fp32's argmax agrees on {n}/{len(diffs)}")
 
 
 # --------------------------------------------------------------------------- llama.cpp
@@ -210,7 +304,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="fp32,int4,llama.cpp",
-                    help="comma-separated: fp32, int4, int4-torch, int4-hf, llama.cpp")
+                    help="comma-separated: fp32, int4, int4-torch, int4-hf, llama.cpp, ct2-int8, ct2-float32 "
+                         "(CTranslate2: pip install ctranslate2)")
+    ap.add_argument("--adapter", default=None, metavar="DIR",
+                    help="also measure CTranslate2's per-step LoRA hand-over (merge + convert) with this adapter, and "
+                         "its logprobs against fp32's")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker == "llama.cpp":
@@ -219,7 +317,10 @@ def main() -> None:
     distinct, group = make_prompts()
     load0 = os.getloadavg()[0]
     res: dict[str, dict[str, list[tuple[int, float, float, float]]]] = {}
-    runners = {e: torch_runner(e, args.threads) for e in engines if e != "llama.cpp"}
+    if args.adapter:
+        ct2_handover(args.threads, args.adapter)
+    runners = {e: ct2_runner(args.threads, e.split("-", 1)[1]) if e.startswith("ct2-") else torch_runner(e, args.threads)
+               for e in engines if e != "llama.cpp"}
     for _ in range(args.repeats):  # engines interleaved: load from other jobs hits them alike
         for e, run in runners.items():
             for w, calls in workload_args(distinct, group).items():
