@@ -53,25 +53,29 @@ def test_a_tab_shows_its_open_tab_first_and_folds_the_others():
     assert "<details" in page.split("DIFF", 1)[1]  # the other tab folded
 
 
-@pytest.mark.slow
-def test_widgets_show_the_state_the_last_cell_left(tmp_path):
-    """A widget shown early and changed by a later cell is saved as the later cell left it; a closed one (a
-    finished progress bar) is gone."""
+def _executed(tmp_path: Path, *sources: str) -> list[dict]:
+    """The cells of a notebook (a parameters cell, then ``sources``) executed by papermill with the setup cell first,
+    as saved."""
     import nbformat
     import papermill as pm
 
     from workbench.notebooks import kernel_name
 
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
-        nbformat.v4.new_code_cell("import ipywidgets as W\nh = W.HTML('FIRST STATE')\nh"),
-        nbformat.v4.new_code_cell("from IPython.display import display\nbar = W.FloatProgress(value=1)\ndisplay(bar)"),
-        nbformat.v4.new_code_cell("h.value = 'LAST STATE'\nbar.close()"),
-    ])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+                                         *(nbformat.v4.new_code_cell(src) for src in sources)])
     src, out = tmp_path / "t.ipynb", tmp_path / "out.ipynb"
     nbformat.write(with_setup_cell(nb), src)
     pm.execute_notebook(str(src), str(out), kernel_name=kernel_name(), progress_bar=False, store_widget_state=False)
-    cells = json.loads(out.read_text(encoding="utf-8"))["cells"]
+    return json.loads(out.read_text(encoding="utf-8"))["cells"]
+
+
+@pytest.mark.slow
+def test_widgets_show_the_state_the_last_cell_left(tmp_path):
+    """A widget shown early and changed by a later cell is saved as the later cell left it; a closed one (a
+    finished progress bar) is gone."""
+    cells = _executed(tmp_path, "import ipywidgets as W\nh = W.HTML('FIRST STATE')\nh",
+                      "from IPython.display import display\nbar = W.FloatProgress(value=1)\ndisplay(bar)",
+                      "h.value = 'LAST STATE'\nbar.close()")
     first, bar = (c["outputs"][0]["data"] for c in cells[2:4])
     page = "".join(first["text/html"])
     assert "LAST STATE" in page and "FIRST STATE" not in page and "application/vnd.jupyter.widget-view+json" in first
@@ -82,23 +86,10 @@ def test_widgets_show_the_state_the_last_cell_left(tmp_path):
 def test_a_finished_progress_bar_stays_drawn_without_errors(tmp_path):
     """tqdm's notebook bar keeps a weak proxy to its bar object: a bar left on screen (leave=True, as the trainer's)
     and collected must not make each later cell's snapshot refresh raise ReferenceError; it keeps its final values."""
-    import nbformat
-    import papermill as pm
-
-    from workbench.notebooks import kernel_name
-
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
-        nbformat.v4.new_code_cell("import gc\nfrom tqdm.auto import tqdm\n\ndef train():\n"
-                                  "    bar = tqdm(total=3, desc='TRAINBAR')\n    bar.update(3)\n    bar.close()\n\n"
-                                  "train()\ngc.collect()"),
-        nbformat.v4.new_code_cell("y = 2"),
-        nbformat.v4.new_code_cell("y + 1"),
-    ])
-    src, out = tmp_path / "t.ipynb", tmp_path / "out.ipynb"
-    nbformat.write(with_setup_cell(nb), src)
-    pm.execute_notebook(str(src), str(out), kernel_name=kernel_name(), progress_bar=False, store_widget_state=False)
-    cells = json.loads(out.read_text(encoding="utf-8"))["cells"]
+    cells = _executed(tmp_path, "import gc\nfrom tqdm.auto import tqdm\n\ndef train():\n"
+                                "    bar = tqdm(total=3, desc='TRAINBAR')\n    bar.update(3)\n    bar.close()\n\n"
+                                "train()\ngc.collect()",
+                      "y = 2", "y + 1")
     outputs = [o for c in cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o["output_type"] == "error"], [o.get("ename") for o in outputs]
     bar = next(o["data"] for o in cells[2]["outputs"] if "text/html" in o.get("data", {}))

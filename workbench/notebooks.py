@@ -120,7 +120,6 @@ def _drop_dead_owner(w: Any) -> None:
 def _widget_html(w: Any) -> str:
     from widgets.figures import widget_html
 
-    _drop_dead_owner(w)
     snap = widget_html(w)
     mid = getattr(w, "model_id", None)
     if not mid:

@@ -351,10 +351,8 @@ def with_adapter_settings(methods: str | list[str] | tuple[str, ...], options: d
             return options, None  # EvalConfig names the bad JSON
     out, note = settings.apply(given, ("model", "protocol_kwargs", "max_turns", "max_new_tokens"), override=override,
                                takes=takes)
-    if model is None:
+    if "model" not in options:  # compared only, not an option to pass on
         out.pop("model", None)
-    elif "model" not in options:
-        out.pop("model")
     notes = [n.replace(f"adapter {settings.path}: ", "") for n in [*notes, note] if n]
     return out, (f"adapter {settings.path}: " + "; ".join(notes)) if notes else None
 
