@@ -70,7 +70,10 @@ def torch_runner(engine: str, threads: int):
     if engine in ("int4-hf", "int4-torch"):  # transformers' forward (no LeanDecode) / LeanDecode (no C step)
         from workbench.rollout.backends.quant import QuantBackend
 
-        backend = QuantBackend(model, tok, lean=engine == "int4-torch", native=False)
+        from workbench.rollout.backends.quant import DECODE_ROWS
+
+        # torch's int4 kernel for the decode steps even where the engine would not use it (no native bf16)
+        backend = QuantBackend(model, tok, lean=engine == "int4-torch", native=False, decode_rows=DECODE_ROWS)
     else:
         backend = make_backend(engine, model, tok)
     print(f"# {engine}: backend built in {time.process_time() - c:.2f} CPU s (the int4 engine quantizes a copy)")

@@ -199,12 +199,40 @@ def test_the_cache_grows_and_larger_batches_stay_in_torch(tiny_model):
             token = ref.argmax(-1)
             attn, pos = torch.cat([attn, attn.new_ones((1, 1))], -1), pos + 1
         assert past.layers[0]._k.shape[2] >= past.layers[0].n == ref_past.layers[0].n
+    backend.native.max_rows = native.MAX_ROWS  # as on a CPU with native bf16, whose torch path takes larger batches
     before = dict(backend.stats)
     prompts = [tok.encode(" ".join(["word"] * (i + 1))) for i in range(native.MAX_ROWS + 1)]
     out = backend.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.0))
     steps = backend.stats["decode_steps"] - before["decode_steps"]
     assert all(len(g.token_ids) == 6 for g in out)  # no row stops early: all 9 rows for every step
     assert steps == 6 and backend.stats["native_steps"] == before["native_steps"]
+
+
+def test_a_larger_batch_runs_in_c_calls_of_eight_rows(tiny_model):
+    """Where the engine prefills in fp32 (no native bf16) every decode step goes to C: 11 rows of different lengths
+    run as calls of 8 and 3 rows, each on its own slice of the buffers, and give each row the lean torch step's
+    logits; the generation takes no torch step."""
+    from workbench.models import load_policy
+
+    model, tok = load_policy(tiny_model, device="cpu")
+    backend = QuantBackend(model, tok)
+    backend.native.max_rows = 1 << 30
+    prompts = [tok.encode(" ".join(["some words"] * (i + 1))) for i in range(11)]
+    with torch.inference_mode():
+        past, attn, pos, logits = backend._prefill(prompts, [None] * len(prompts))
+        _preallocate(past, None, 4)
+        token = logits.argmax(-1)
+        attn, pos = torch.cat([attn, attn.new_ones((len(prompts), 1))], -1), pos + 1
+        assert backend.native.takes(token, attn, past)
+        _, ref = backend.lean(token, attn, pos, copy.deepcopy(past))
+        _, got = backend.native(token, attn, pos, past)
+    assert torch.allclose(got, ref, rtol=0, atol=0.02 * float(ref.abs().max()))
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
+    before = dict(backend.stats)
+    out = backend.generate(prompts, SamplingParams(max_new_tokens=5, temperature=0.0))
+    assert all(len(g.token_ids) == 5 for g in out)
+    steps = backend.stats["decode_steps"] - before["decode_steps"]  # counts the sampling of the prefill's token too
+    assert backend.stats["native_steps"] - before["native_steps"] == steps - 1 == 4
 
 
 def test_without_a_compiler_the_engine_says_why_and_steps_in_torch(monkeypatch, tiny_model, tmp_path):

@@ -83,6 +83,56 @@ def test_quant_linear_uses_int4_for_few_rows_and_bf16_for_many():
     assert ql.stale
 
 
+def test_without_native_bf16_larger_products_use_the_fp32_weight():
+    lin = torch.nn.Linear(64, 48, bias=False)
+    lin.weight.data = on_grid(48, 64, seed=2)
+    x = torch.randn(40, 64)
+    fp32, bf16 = QuantLinear(lin, decode_rows=4, prefill_bf16=False), QuantLinear(lin, decode_rows=4, prefill_bf16=True)
+    assert fp32.weight16 is None and bf16.weight16 is not None
+    assert torch.equal(fp32(x), lin(x))  # the source's own weight, no copy, no rounding
+    assert not torch.equal(bf16(x), lin(x)) and torch.allclose(bf16(x), lin(x), atol=2e-2)
+
+
+def test_the_fp32_prefill_of_a_batch_goes_row_by_row_and_lays_out_as_the_batched_one(tiny_model):
+    """Without native bf16 a batch's prompts are prefilled apart (rows that extend one kept cache together) and
+    laid side by side: the same last logits, positions and attended keys and values as the padded batched prefill,
+    and no padding computed."""
+    from workbench.models import load_policy
+
+    model, tok = load_policy(tiny_model, device="cpu")
+    backend = QuantBackend(model, tok, native=False)
+    base = tok.encode("a question about a river and the town beside it")
+    backend.generate([base], SamplingParams(max_new_tokens=3, temperature=0.0))  # a kept cache two prompts extend
+    kept = list(backend._store)[0]  # the prompt and its continuation, bar the last token
+    prompts = [list(kept) + tok.encode(" more"), list(kept) + tok.encode(" and more words"),
+               tok.encode("another prompt"), tok.encode("a much longer prompt than the others, by some words")]
+
+    def prefill(split: bool):
+        backend.prefill_bf16 = not split  # the switch _prefill reads (no bf16 here: weights stay fp32 either way)
+        entries = [backend._lookup(p) for p in prompts]
+        assert entries[0] is entries[1] is not None and entries[2] is entries[3] is None
+        padded = backend.stats["prefill_padded_tokens"]
+        with torch.inference_mode():
+            out = backend._prefill(prompts, entries)
+        padded = backend.stats["prefill_padded_tokens"] - padded
+        backend.clear_cache()  # the kept cache was taken by the batch: make it again
+        backend.generate([base], SamplingParams(max_new_tokens=3, temperature=0.0))
+        return out, padded
+
+    (past_b, attn_b, pos_b, logits_b), padded_b = prefill(False)
+    (past_s, attn_s, pos_s, logits_s), padded_s = prefill(True)
+    backend.prefill_bf16 = False
+    news = [len(p) - (len(kept) if i < 2 else 0) for i, p in enumerate(prompts)]
+    assert padded_s == sum(news) + max(news[:2]) * 2 - sum(news[:2]) < padded_b  # only the shared call pads
+    assert torch.equal(pos_b, pos_s) and torch.allclose(logits_b, logits_s, atol=1e-4)
+    for r in range(len(prompts)):
+        kb, ks = attn_b[r].nonzero().squeeze(-1), attn_s[r].nonzero().squeeze(-1)
+        assert len(kb) == len(ks) == len(prompts[r])
+        for lb, ls in zip(past_b.layers, past_s.layers):
+            assert torch.allclose(lb.keys[r][:, kb], ls.keys[r][:, ks], atol=1e-4)
+            assert torch.allclose(lb.values[r][:, kb], ls.values[r][:, ks], atol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def engines(policy, one_thread):
     """fp32 and int4 backends over the default model with the shipped adapter attached (peft)."""
@@ -214,6 +264,26 @@ def test_engine_choice_and_the_flag_that_forces_fp32(policy):
         make_backend("auto", model, tok)
     assert choose_engine("auto", torch.nn.Linear(32, 32)) == (
         "fp32", "auto: not a transformers model (no config), the int4 engine copies one")
+
+
+def test_auto_without_native_bf16_takes_int4_where_the_c_step_has_vector_kernels(policy, monkeypatch):
+    from types import SimpleNamespace
+
+    from workbench.rollout.backends import native, quant
+
+    model, _ = policy
+    monkeypatch.setattr(quant, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(native, "library", lambda: (SimpleNamespace(wb_simd=lambda: 256), ""))
+    assert choose_engine("auto", model) == ("int4", "auto: no native bf16, so fp32 prefill and every decode step in "
+                                                    "C (AVX2 + FMA)")
+    monkeypatch.setattr(model.config, "model_type", "qwen2")
+    assert choose_engine("auto", model)[0] == "fp32" and "'qwen2'" in choose_engine("auto", model)[1]
+    monkeypatch.setattr(model.config, "model_type", "llama")
+    monkeypatch.setattr(native, "library", lambda: (None, "no C compiler (cc) to build the C decode step"))
+    assert choose_engine("auto", model) == (
+        "fp32", "auto: no native bf16 and no vector C decode step (no C compiler (cc) to build the C decode step)")
+    monkeypatch.setattr(quant, "cpu_has_bf16", lambda: True)
+    assert choose_engine("auto", model) == ("int4", "auto: a CPU with native bf16")
 
 
 def test_eval_records_and_obeys_the_engine_flag(tmp_path, one_thread):

@@ -19,8 +19,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+/* The vector kernels: int4 products as AVX512-BF16 dot products where the CPU has them; else (any x86-64 since 2013
+ * with AVX2 and FMA: AMD Zen, Intel client parts, AVX-512 without bf16) the levels widened to fp32 and multiplied by
+ * the rounded inputs with FMA, exact products as well; else the plain C loops. */
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define WB_INT4_512 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#define WB_AVX2 1
 #endif
 
 enum { BLOCK = 32, INT4 = 0, INT8 = 1, NPROJ = 7, MAXROWS = 8 };
@@ -58,9 +67,11 @@ typedef struct {
     const wb_layer *layer;
 } wb_model;
 
-int wb_simd(void) { /* 512: the AVX-512 kernels (int4 needs AVX512-BF16 too); 0: the portable loops */
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+int wb_simd(void) { /* 512: the AVX-512 kernels (int4 needs AVX512-BF16 too); 256: AVX2 + FMA; 0: the portable loops */
+#if defined(WB_INT4_512)
     return 512;
+#elif defined(WB_AVX2)
+    return 256;
 #else
     return 0;
 #endif
@@ -82,6 +93,7 @@ static inline float bf16_round(float x) {
 typedef struct {
     float *xr, *xs8;
     uint16_t *xb;
+    float *xf, *xl; /* AVX2: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8 vectors */
 } wb_input;
 
 static void prepare(const float *x, int64_t k, const wb_input *in) {
@@ -102,9 +114,67 @@ static void prepare(const float *x, int64_t k, const wb_input *in) {
                     memcpy(&ub, &fb, 4);
                     o[half * 32 + 4 * k4 + e] = (uint16_t)(ua >> 16);
                     o[half * 32 + 4 * k4 + 2 + e] = (uint16_t)(ub >> 16);
+                    in->xf[p * 64 + half * 32 + 4 * k4 + e] = a[half * 16 + 2 * k4 + e];
+                    in->xf[p * 64 + half * 32 + 4 * k4 + 2 + e] = b[half * 16 + 2 * k4 + e];
                 }
+        for (int j = 0; j < 8; j++) { /* lane j of the pair's 8 vectors of 8: block a for j = 0, 1, 4, 5 */
+            float t = 0.f;
+            for (int v = 0; v < 8; v++) t += in->xf[p * 64 + v * 8 + j];
+            in->xl[p * 8 + j] = t;
+        }
     }
 }
+
+#if defined(WB_AVX2)
+static inline float hsum256(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+/* One weight row of an int4 product against M inputs with AVX2: the pair's 64 levels widened once to 8 fp32 vectors
+ * (q, not 128 + q: exact in fp32, as are their products with bf16-rounded inputs), then per input 8 multiply-adds
+ * against xf and, per block, scale * sum(q x) + (zero - 8 scale) * sum(x) as two multiply-adds over the lanes (lanes
+ * 0, 1, 4, 5 hold block a, 2, 3, 6, 7 block b; xl holds each lane's input sum). */
+static inline __attribute__((always_inline)) void dot_int4_rows_avx2(const uint8_t *blk, const wb_input *in,
+                                                                      const int M, int64_t pairs, float *y,
+                                                                      int64_t ystride) {
+    const __m256i low = _mm256_set1_epi32(0x0f);
+    __m256 acc[MAXROWS];
+    for (int r = 0; r < M; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < pairs; p++) {
+        const uint8_t *b = blk + p * 48;
+        _mm_prefetch((const char *)(b + AHEAD), _MM_HINT_T0);
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)b), r1 = _mm_loadu_si128((const __m128i *)(b + 16));
+        const __m256i w0 = _mm256_cvtepu8_epi32(r0), w1 = _mm256_cvtepu8_epi32(_mm_srli_si128(r0, 8));
+        const __m256i w2 = _mm256_cvtepu8_epi32(r1), w3 = _mm256_cvtepu8_epi32(_mm_srli_si128(r1, 8));
+        const __m256 l0 = _mm256_cvtepi32_ps(_mm256_and_si256(w0, low)), l1 = _mm256_cvtepi32_ps(_mm256_and_si256(w1, low));
+        const __m256 l2 = _mm256_cvtepi32_ps(_mm256_and_si256(w2, low)), l3 = _mm256_cvtepi32_ps(_mm256_and_si256(w3, low));
+        const __m256 h0 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w0, 4)), h1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w1, 4));
+        const __m256 h2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w2, 4)), h3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w3, 4));
+        float s[2], zz[2];
+        memcpy(s, b + 32, 8);
+        memcpy(zz, b + 40, 8);
+        const float ca = zz[0] + 128.f * s[0], cb = zz[1] + 128.f * s[1]; /* zero - 8 * scale, see pack_int4 */
+        const __m256 sv = _mm256_setr_ps(s[0], s[0], s[1], s[1], s[0], s[0], s[1], s[1]);
+        const __m256 cv = _mm256_setr_ps(ca, ca, cb, cb, ca, ca, cb, cb);
+        for (int r = 0; r < M; r++) {
+            const float *x = in[r].xf + p * 64;
+            __m256 t = _mm256_mul_ps(l0, _mm256_loadu_ps(x));
+            __m256 u = _mm256_mul_ps(h0, _mm256_loadu_ps(x + 32));
+            t = _mm256_fmadd_ps(l1, _mm256_loadu_ps(x + 8), t);
+            u = _mm256_fmadd_ps(h1, _mm256_loadu_ps(x + 40), u);
+            t = _mm256_fmadd_ps(l2, _mm256_loadu_ps(x + 16), t);
+            u = _mm256_fmadd_ps(h2, _mm256_loadu_ps(x + 48), u);
+            t = _mm256_fmadd_ps(l3, _mm256_loadu_ps(x + 24), t);
+            u = _mm256_fmadd_ps(h3, _mm256_loadu_ps(x + 56), u);
+            acc[r] = _mm256_fmadd_ps(_mm256_add_ps(t, u), sv, acc[r]);
+            acc[r] = _mm256_fmadd_ps(cv, _mm256_loadu_ps(in[r].xl + p * 8), acc[r]);
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = hsum256(acc[r]);
+}
+#endif
 
 /* Outputs of an int4 product for `rows` (1 or 2) consecutive rows from `blk` (k / 64 pairs each, `row` bytes apart).
  * Each byte of levels is widened to a 16-bit word w; (w & 15) | 0x4300 is the bf16 number 128 + q of its low nibble,
@@ -114,7 +184,7 @@ static void prepare(const float *x, int64_t k, const wb_input *in) {
  * converting levels to fp32. The 128 comes back out through zz (per block: s * sum((128 + q) x) + zz * sum(x) =
  * sum(((q - 8) * scale + zero) x)). Two rows and alternating accumulators: four independent chains. */
 static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_input *in, int64_t pairs, float *y) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(WB_INT4_512)
     const __m512i low = _mm512_set1_epi16(0x0f), magic = _mm512_set1_epi16(0x4300), four = _mm512_set1_epi16(4);
     __m512 acc[2][2] = {{_mm512_setzero_ps(), _mm512_setzero_ps()}, {_mm512_setzero_ps(), _mm512_setzero_ps()}};
     for (int64_t p = 0; p < pairs; p++) {
@@ -139,6 +209,8 @@ static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_
         }
     }
     for (int r = 0; r < rows; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+#elif defined(WB_AVX2)
+    for (int r = 0; r < rows; r++) dot_int4_rows_avx2(blk + r * row, in, 1, pairs, y + r, 1);
 #else
     for (int r = 0; r < rows; r++) {
         float acc = 0.f;
@@ -181,6 +253,14 @@ static inline float dot_f32(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
     s = _mm512_reduce_add_ps(acc);
+#elif defined(WB_AVX2)
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc2);
+    }
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    s = hsum256(_mm256_add_ps(acc, acc2));
 #endif
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -191,7 +271,7 @@ static inline float dot_f32(const float *a, const float *b, int64_t n) {
  * accumulators stay in registers. */
 static inline __attribute__((always_inline)) void dot_int4_rows(const uint8_t *blk, const wb_input *in, const int M,
                                                                  int64_t pairs, float *y, int64_t ystride) {
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(WB_INT4_512)
     const __m512i low = _mm512_set1_epi16(0x0f), magic = _mm512_set1_epi16(0x4300), four = _mm512_set1_epi16(4);
     __m512 acc[MAXROWS];
     for (int r = 0; r < M; r++) acc[r] = _mm512_setzero_ps();
@@ -214,6 +294,8 @@ static inline __attribute__((always_inline)) void dot_int4_rows(const uint8_t *b
         }
     }
     for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
+#elif defined(WB_AVX2)
+    dot_int4_rows_avx2(blk, in, M, pairs, y, ystride);
 #else
     for (int r = 0; r < M; r++) dot_int4(blk, 0, 1, &in[r], pairs, y + r * ystride);
 #endif
@@ -239,6 +321,26 @@ static inline __attribute__((always_inline)) void dot_int8_rows(const uint8_t *b
         }
     }
     for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
+#elif defined(WB_AVX2)
+    __m256 acc[MAXROWS];
+    for (int r = 0; r < M; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; g++, blk += 36) {
+        _mm_prefetch((const char *)(blk + AHEAD), _MM_HINT_T0);
+        __m256 q[4];
+        for (int v = 0; v < 4; v++)
+            q[v] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 8 * v))));
+        float d;
+        memcpy(&d, blk + 32, 4);
+        const __m256 dv = _mm256_set1_ps(d);
+        for (int r = 0; r < M; r++) {
+            const float *x = in[r].xr + g * BLOCK;
+            __m256 t = _mm256_mul_ps(q[0], _mm256_loadu_ps(x)), u = _mm256_mul_ps(q[1], _mm256_loadu_ps(x + 8));
+            t = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), t);
+            u = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), u);
+            acc[r] = _mm256_fmadd_ps(dv, _mm256_add_ps(t, u), acc[r]);
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = hsum256(acc[r]);
 #else
     for (int r = 0; r < M; r++) y[r * ystride] = dot_int8(blk, in[r].xr, groups);
 #endif
@@ -343,6 +445,24 @@ static inline __m512 sums16(const __m512 *v) {
     const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
+#elif defined(WB_AVX2)
+/* exp512's method on 8 lanes; 2^n built in the exponent bits (x clamped to [-87.3, 88]: n stays a normal power). */
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 #endif
 
 /* One query head over the cache: softmax(q k^T * scale, padding masked) v into out (d floats); s: T floats scratch. */
@@ -365,6 +485,28 @@ static void attend(const float *q, const float *k, const float *v, const int64_t
             _mm512_storeu_ps(s + t, _mm512_mul_ps(sums16(part), _mm512_set1_ps(scale)));
         }
     }
+#elif defined(WB_AVX2)
+    if (d == 64) { /* 8 keys at a time, their 8 dot products summed by one tree of horizontal adds */
+        __m256 qv[8];
+        for (int j = 0; j < 8; j++) qv[j] = _mm256_loadu_ps(q + 8 * j);
+        for (; t + 8 <= T; t += 8) {
+            __m256 part[8];
+            for (int i = 0; i < 8; i++) {
+                const float *kt = k + (t + i) * 64;
+                __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt)), b = _mm256_mul_ps(qv[1], _mm256_loadu_ps(kt + 8));
+                for (int j = 2; j < 8; j += 2) {
+                    a = _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(kt + 8 * j), a);
+                    b = _mm256_fmadd_ps(qv[j + 1], _mm256_loadu_ps(kt + 8 * j + 8), b);
+                }
+                part[i] = _mm256_add_ps(a, b);
+            }
+            const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(part[0], part[1]), _mm256_hadd_ps(part[2], part[3]));
+            const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(part[4], part[5]), _mm256_hadd_ps(part[6], part[7]));
+            /* h0 = [keys 0-3, first halves | keys 0-3, second halves], h1 likewise for keys 4-7 */
+            const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+            _mm256_storeu_ps(s + t, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
+        }
+    }
 #endif
     for (; t < T; t++) s[t] = dot_f32(q, k + t * d, d) * scale;
     for (t = 0; t < T; t++) {
@@ -384,10 +526,36 @@ static void attend(const float *q, const float *k, const float *v, const int64_t
         }
         sum = _mm512_reduce_add_ps(acc);
     }
+#elif defined(WB_AVX2)
+    {
+        __m256 acc = _mm256_setzero_ps();
+        for (; t + 8 <= T; t += 8) {
+            const __m256 x = _mm256_loadu_ps(s + t);
+            const __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+                                           exp256(_mm256_sub_ps(x, _mm256_set1_ps(top))));
+            _mm256_storeu_ps(s + t, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        sum = hsum256(acc);
+    }
 #endif
     for (; t < T; t++) sum += (s[t] = mask[t] ? expf(s[t] - top) : 0.f);
     memset(out, 0, sizeof(float) * d);
     const float inv = 1.f / sum;
+#if defined(WB_AVX2) && !defined(__AVX512F__)
+    if (d == 64) { /* the weighted sum of the values in 8 registers */
+        __m256 o[8];
+        for (int j = 0; j < 8; j++) o[j] = _mm256_setzero_ps();
+        for (t = 0; t < T; t++) {
+            if (s[t] == 0.f) continue;
+            const __m256 pv = _mm256_set1_ps(s[t] * inv);
+            const float *vt = v + t * 64;
+            for (int j = 0; j < 8; j++) o[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vt + 8 * j), o[j]);
+        }
+        for (int j = 0; j < 8; j++) _mm256_storeu_ps(out + 8 * j, o[j]);
+        return;
+    }
+#endif
     for (t = 0; t < T; t++) {
         if (s[t] == 0.f) continue;
         const float p = s[t] * inv, *vt = v + t * d;
@@ -405,6 +573,13 @@ static void silu_mul(const float *gate, const float *up, int64_t n, float *out) 
         _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)),
                                                 _mm512_loadu_ps(up + i)));
     }
+#elif defined(WB_AVX2)
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)),
+                                                _mm256_loadu_ps(up + i)));
+    }
 #endif
     for (; i < n; i++) out[i] = gate[i] / (1.f + expf(-gate[i])) * up[i];
 }
@@ -420,8 +595,8 @@ int wb_step(const wb_model *m, float *const *kcache, float *const *vcache, int64
     const int64_t H = m->hidden, D = m->head_dim, NQ = m->heads * D, NK = m->kv_heads * D, I = m->inter;
     const int64_t T = n + 1, per_kv = m->heads / m->kv_heads, per_row = m->kv_heads * cap * D;
     const int64_t big = I > NQ + 2 * NK ? I : NQ + 2 * NK, W = I > H ? (I > NQ ? I : NQ) : (H > NQ ? H : NQ);
-    /* per row: h, x | xr, xs8, xb | qkv | gate and up | act | att | cos, sin | LoRA scratch (rank <= 256) */
-    const int64_t R = 2 * H + 2 * W + W / BLOCK + 8 + big + 3 * I + NQ + 2 * D + 256;
+    /* per row: h, x | xr, xs8, xb | qkv | gate and up | act | att | cos, sin | LoRA scratch (rank <= 256) | xf, xl */
+    const int64_t R = 2 * H + 2 * W + W / BLOCK + 8 + big + 3 * I + NQ + 2 * D + 256 + W + W / 8 + 8;
     float *work = malloc(sizeof(float) * (size_t)(rows * R + rows * m->heads * T));
     if (!work) return -1;
     float *scores = work + rows * R;
@@ -429,8 +604,9 @@ int wb_step(const wb_model *m, float *const *kcache, float *const *vcache, int64
 #define ROW(r, off) (work + (r) * R + (off))
     const int64_t oX = H, oXR = 2 * H, oXS = oXR + W, oXB = oXS + W / BLOCK + 8, oQKV = oXB + W, oGU = oQKV + big;
     const int64_t oACT = oGU + 2 * I, oATT = oACT + I, oCS = oATT + NQ, oSN = oCS + D, oTMP = oSN + D;
+    const int64_t oXF = oTMP + 256, oXL = oXF + W;
     for (int r = 0; r < M; r++) {
-        in[r] = (wb_input){ROW(r, oXR), ROW(r, oXS), (uint16_t *)ROW(r, oXB)};
+        in[r] = (wb_input){ROW(r, oXR), ROW(r, oXS), (uint16_t *)ROW(r, oXB), ROW(r, oXF), ROW(r, oXL)};
         memcpy(ROW(r, 0), m->embed + tokens[r] * H, sizeof(float) * H);
         float *cs = ROW(r, oCS), *sn = ROW(r, oSN);
         for (int64_t i = 0; i < D / 2; i++) {

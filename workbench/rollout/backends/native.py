@@ -17,8 +17,9 @@ for the torch int4 path.
 
 The library is compiled from ``decode_step.c`` by the system's C compiler (``make setup`` does it once: about 2 s; else the
 first use) into the cache (``$WORKBENCH_CACHE/native``), keyed by the source, the compiler and this CPU's flags, with
-``-march=native``; :func:`library` says why when it cannot be built or lacks AVX512-BF16, and the backend then keeps
-the torch step.
+``-march=native``. Its kernels: AVX-512 with bf16 dot products, else AVX2 with FMA (the levels widened to fp32; the
+products as exact, so the same numbers up to the order of the sums), else plain C loops, which are slower than torch:
+:func:`library` says why when it cannot be built or has only those, and the backend then keeps the torch step.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ BLOCK = 32
 MAX_RANK = 256  # the C step's LoRA scratch
 MAX_ROWS = 8  # rows a C decode step takes (MAXROWS in decode_step.c): a GRPO group, an eval batch's last rows
 STATIC_ROPE = ("default", "linear", "llama3")  # rotary types whose frequencies do not depend on the sequence length
+SIMD = {512: "AVX-512 + bf16 dot products", 256: "AVX2 + FMA"}  # wb_simd()'s answers: the kernels compiled in
 _lib: ctypes.CDLL | None = None
 _why: str | None = None
 
@@ -146,7 +148,7 @@ def library() -> tuple[ctypes.CDLL | None, str]:
         try:
             lib = load(build())
             if lib.wb_simd() <= 0:
-                _why = "this CPU or compiler has no AVX-512 with bf16 dot products (the plain C loops are slower than torch)"
+                _why = "this CPU or compiler has neither AVX2 + FMA nor AVX-512 (the plain C loops are slower than torch)"
             else:
                 _lib = lib
         except (RuntimeError, OSError) as e:
@@ -185,6 +187,9 @@ class NativeDecode:
     given step can go through it (1 to :data:`MAX_ROWS` rows in the backend's preallocated fp32 key/value buffers)."""
 
     why_not = ""
+    max_rows = MAX_ROWS
+    """Rows a step may have: above :data:`MAX_ROWS` it runs as one C call per :data:`MAX_ROWS` rows (each reads the
+    weights again). The backend raises it where the torch path for larger batches is fp32 (no native bf16)."""
 
     def __init__(self, lean: Any, lib: ctypes.CDLL):
         cfg, inner, model = lean.config, lean.inner, lean.model
@@ -220,7 +225,7 @@ class NativeDecode:
             raise TypeError("embedding width is not the hidden size")
         self.tokens = min(head.out_features, inner.embed_tokens.weight.shape[0])  # ids the step can embed and score
         self.kv_shape = (cfg.num_key_value_heads, a0.head_dim)
-        self._kv: tuple[Any, ...] = ()
+        self._kv: dict[int, tuple[Any, Any]] = {}  # first row of a chunk -> its key and value address tables
         self._kv_ptrs: list[int] = []
         self.active = self.refresh()
 
@@ -279,7 +284,7 @@ class NativeDecode:
         from workbench.rollout.backends.hf import _BufferedLayer
 
         rows = tokens.shape[0]
-        if not self.active or not 1 <= rows <= MAX_ROWS or not attn.is_contiguous() or tokens.dim() != 1 \
+        if not self.active or not 1 <= rows <= self.max_rows or not attn.is_contiguous() or tokens.dim() != 1 \
                 or any(t.dtype != torch.int64 for t in (attn, tokens)):  # the C step reads int64 ids and masks
             return False
         layers = past.layers
@@ -297,18 +302,24 @@ class NativeDecode:
             layer.reserve(1)
         ptrs = [x._k.data_ptr() for x in layers] + [x._v.data_ptr() for x in layers]
         if ptrs != self._kv_ptrs:  # the buffers moved (grown, rows selected, a new call): new address tables
-            self._kv_ptrs, L = ptrs, len(layers)
-            self._kv = ((ctypes.c_void_p * L)(*ptrs[:L]), (ctypes.c_void_p * L)(*ptrs[L:]))
+            self._kv_ptrs, self._kv = ptrs, {}
         tokens, pos = tokens.contiguous(), pos.reshape(-1).contiguous()
         if int(tokens.min()) < 0 or int(tokens.max()) >= self.tokens:
             raise ValueError(f"token ids {tokens.tolist()}: outside the model's vocabulary of {self.tokens}")
-        rows = tokens.shape[0]
+        rows, (_, heads, cap, dim) = tokens.shape[0], layers[0]._k.shape
         logits = torch.empty((rows, self.model.vocab), dtype=torch.float32)
-        rc = self.lib.wb_step(ctypes.byref(self.model), self._kv[0], self._kv[1], rows, layers[0]._k.shape[2], n,
-                              attn.data_ptr(), tokens.data_ptr(), pos.data_ptr(), logits.data_ptr(),
-                              torch.get_num_threads())
-        if rc != 0:
-            raise MemoryError(f"the C decode step failed ({rc}: -1 out of memory, -2 rows out of range)")
+        for r0 in range(0, rows, MAX_ROWS):  # each chunk's rows: their slices of the buffers, mask, ids and logits
+            m = min(MAX_ROWS, rows - r0)
+            kv = self._kv.get(r0)
+            if kv is None:
+                L, off = len(layers), r0 * heads * cap * dim * 4
+                kv = self._kv[r0] = ((ctypes.c_void_p * L)(*(p + off for p in ptrs[:L])),
+                                     (ctypes.c_void_p * L)(*(p + off for p in ptrs[L:])))
+            rc = self.lib.wb_step(ctypes.byref(self.model), kv[0], kv[1], m, cap, n, attn[r0].data_ptr(),
+                                  tokens[r0].data_ptr(), pos[r0].data_ptr(), logits[r0].data_ptr(),
+                                  torch.get_num_threads())
+            if rc != 0:
+                raise MemoryError(f"the C decode step failed ({rc}: -1 out of memory, -2 rows out of range)")
         for layer in layers:
             layer.n += 1
             layer._views()
@@ -329,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"C decode step: not built ({e}); the int4 engine steps through torch")
         return 0  # not an error: the engine works without it
     lib = load(path)
-    print(f"C decode step: {path} ({'AVX-512 + bf16 dot products' if lib.wb_simd() > 0 else 'plain C loops'})")
+    print(f"C decode step: {path} ({SIMD.get(lib.wb_simd(), 'plain C loops')})")
     return 0
 
 

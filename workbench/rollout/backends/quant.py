@@ -1,4 +1,4 @@
-"""Rollouts that move fewer bytes per token on a CPU: int4 weights for decode steps, bf16 for prefill.
+"""Rollouts that move fewer bytes per token on a CPU: int4 weights for decode steps, bf16 (or fp32) for prefill.
 
 A decode step multiplies every weight matrix by the 1-16 rows being decoded, and on a CPU the fp32 products at
 that size run far below the read bandwidth (``bench/RESULTS.md``, "Why generation stops at ~3.8x"). This backend
@@ -10,6 +10,8 @@ decodes from a copy of the model whose linear layers hold their weights twice ov
   (:func:`int4_step_error` says how far a matrix is from its grid). A matrix off the grid (the GGUF's Q8_0 head, any
   other model) gets a second int4 level that quantizes the first one's residual: about 8 bits a weight.
 - **bf16** (oneDNN's GEMM): products of more than ``decode_rows`` rows, i.e. prefills, where fp32 is compute-bound.
+  On a CPU without native bf16 (AVX2 x86-64, where oneDNN emulates it) prefills use the source's fp32 weights, and
+  every decode step, of any row count, goes to the C step (torch's int4 kernel there is slower than fp32).
 
 Everything else (embedding, norms, rotary, attention, the key/value cache) is the model's own fp32 code, shared
 with it (a Llama-architecture copy takes its decode steps through :class:`LeanDecode`: the same operations on the
@@ -22,14 +24,16 @@ fp32 logprobs stay the reference (``rollout_logprob_diff``, ``--tis-cap``).
 strings, logprobs) over that copy, plus one saving the fp32 path does not make: a batch's new prompts that start
 with the same tokens (the system prompt and demonstrations every question of an eval shares) have that prefix
 prefilled once, and a decode step of up to 8 rows (``ask``, a GRPO group, an eval batch's last rows) runs in one C
-call where this machine can build it (:mod:`workbench.rollout.backends.native`: the same int4 grid, close to the torch
-step but not bit-equal; ``QuantBackend(native=False)`` keeps every step in torch). :func:`choose_engine` picks the engine
+call where this machine can build it with vector kernels, AVX-512 with bf16 dot products or AVX2 with FMA
+(:mod:`workbench.rollout.backends.native`: the same int4 grid, close to the torch step but not bit-equal;
+``QuantBackend(native=False)`` keeps every step in torch). :func:`choose_engine` picks the engine
 for ``--rollout-engine auto``.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,22 +126,28 @@ def _lora_source(module: nn.Module) -> bool:
 
 
 class QuantLinear(nn.Module):
-    """A linear layer of the rollout copy: int4 for up to ``decode_rows`` rows, bf16 above, plus the LoRA of
-    ``source`` (a peft LoRA ``Linear``, read live) when peft would add it. ``source`` may be a plain ``nn.Linear``."""
+    """A linear layer of the rollout copy: int4 for up to ``decode_rows`` rows, bf16 above (``prefill_bf16``; by
+    default where :func:`cpu_has_bf16`, else the source's fp32 weight, and then ``decode_rows`` defaults to 0), plus
+    the LoRA of ``source`` (a peft LoRA ``Linear``, read live) when peft would add it. ``source`` may be a plain
+    ``nn.Linear``."""
 
-    def __init__(self, source: nn.Module, decode_rows: int = DECODE_ROWS, levels: int | None = None):
+    def __init__(self, source: nn.Module, decode_rows: int | None = None, levels: int | None = None,
+                 prefill_bf16: bool | None = None):
         super().__init__()
         base = source.base_layer if _lora_source(source) else source
         if not isinstance(base, nn.Linear):
             raise TypeError(f"QuantLinear needs an nn.Linear (or a peft LoRA layer over one), got {type(base).__name__}")
         w = base.weight.detach()
         self.in_features, self.out_features = base.in_features, base.out_features
-        self.decode_rows = decode_rows
+        bf16 = cpu_has_bf16() if prefill_bf16 is None else prefill_bf16
+        # without native bf16, torch's int4 kernel is slower than fp32 (the C step takes the decode steps there)
+        self.decode_rows = decode_rows if decode_rows is not None else DECODE_ROWS if bf16 else 0
         grid = int4_groups(w)  # the first level's grid, which also measures how far ``w`` lies from it
         self.step_error = int4_step_error(w, groups=grid)
         self.levels = levels or (1 if self.step_error < ON_GRID else 2)
         self.int4 = Int4Weight.quantize(w, self.levels, first=grid)
-        self.weight16 = w.to(torch.bfloat16)
+        # larger products: bf16 where the CPU runs it natively, else the source's own fp32 weight (no copy)
+        self.weight16 = w.to(torch.bfloat16) if bf16 else None
         self.bias = None if base.bias is None else base.bias.detach()
         self.lora = source if _lora_source(source) else None
         self._weight, self._version = base.weight, base.weight._version
@@ -156,6 +166,8 @@ class QuantLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         if x2.shape[0] <= self.decode_rows:
             y = self.int4.matmul(x2)
+        elif self.weight16 is None:
+            y = F.linear(x2, self._weight)
         else:
             y = F.linear(x2.to(torch.bfloat16), self.weight16).float()
         if self.bias is not None:
@@ -174,14 +186,15 @@ class QuantLinear(nn.Module):
 
 ATTENTION = "workbench_int4"
 """The copy's attention (a transformers attention implementation, registered by :func:`quantize_model`): SDPA in
-bf16 for prefills (2-3x faster than fp32 on a CPU with native bf16), fp32 SDPA over the fp32 cache for decode steps."""
+bf16 for prefills on a CPU with native bf16 (2-3x faster than fp32 there; emulated and slower elsewhere), fp32 SDPA
+over the fp32 cache for decode steps."""
 
 
 def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
                **kw: Any) -> tuple[Tensor, Any]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.shape[2] == 1:
+    if query.shape[2] == 1 or not cpu_has_bf16():
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kw)
     bf = torch.bfloat16
     out, weights = sdpa_attention_forward(module, query.to(bf), key.to(bf), value.to(bf), attention_mask, **kw)
@@ -196,7 +209,7 @@ def _register_attention() -> None:
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
-def quantize_model(model: nn.Module, decode_rows: int = DECODE_ROWS) -> nn.Module:
+def quantize_model(model: nn.Module, decode_rows: int | None = None) -> nn.Module:
     """The rollout copy of ``model`` (a transformers causal LM, or a peft model over one): its modules copied, its
     parameters and buffers shared, every linear layer (and peft LoRA layer) replaced by a :class:`QuantLinear` over
     the original. Raises ``ValueError`` for what it cannot copy faithfully (weights not fp32, LoRA variants)."""
@@ -330,6 +343,7 @@ def quant_layers(model: nn.Module) -> list[QuantLinear]:
     return [m for m in model.modules() if isinstance(m, QuantLinear)]
 
 
+@functools.cache
 def cpu_has_bf16() -> bool:
     """Whether oneDNN runs bf16 natively here (AVX512-BF16 / AMX): else bf16 prefill is emulated and slow."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
@@ -340,8 +354,10 @@ def cpu_has_bf16() -> bool:
 
 
 def choose_engine(engine: str, model: Any) -> tuple[str, str]:
-    """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32`` and ``int4`` as asked; ``auto`` is ``int4`` on a
-    CPU with native bf16 for an fp32 model, ``fp32`` elsewhere (an accelerator, bf16 weights)."""
+    """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32`` and ``int4`` as asked; ``auto`` is ``int4`` for an
+    fp32 model on a CPU with native bf16, or on one whose C decode step builds with vector kernels (AVX2 + FMA: most
+    x86-64 CPUs since 2013) for a Llama-architecture model, whose decode steps then all run in C; ``fp32`` elsewhere
+    (an accelerator, bf16 weights, the plain C loops)."""
     if engine not in ENGINES:
         raise ValueError(f"rollout engine {engine!r} is not one of {', '.join(ENGINES)}")
     if engine != "auto":
@@ -354,9 +370,19 @@ def choose_engine(engine: str, model: Any) -> tuple[str, str]:
         return "fp32", f"auto: the model is on {p.device.type}, the int4 engine is for CPUs"
     if p.dtype != torch.float32:
         return "fp32", f"auto: the model is {p.dtype}, the int4 engine quantizes fp32 weights"
-    if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") or not cpu_has_bf16():
-        return "fp32", "auto: this CPU or torch build has no native bf16 / int4 kernels"
-    return "int4", "auto: a CPU with native bf16"
+    if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+        return "fp32", "auto: this torch build has no CPU int4 kernels"
+    if cpu_has_bf16():
+        return "int4", "auto: a CPU with native bf16"
+    from workbench.rollout.backends.native import SIMD, library
+
+    lib, why = library()
+    if lib is None:
+        return "fp32", f"auto: no native bf16 and no vector C decode step ({why})"
+    if getattr(base.config, "model_type", None) != "llama":
+        return "fp32", (f"auto: no native bf16, and the C decode step takes Llama-architecture models "
+                        f"(this one is {getattr(base.config, 'model_type', None)!r})")
+    return "int4", f"auto: no native bf16, so fp32 prefill and every decode step in C ({SIMD[lib.wb_simd()]})"
 
 
 class QuantBackend(HFBackend):
@@ -365,7 +391,7 @@ class QuantBackend(HFBackend):
 
     name = "int4"
 
-    def __init__(self, model: Any, tokenizer: Any, decode_rows: int = DECODE_ROWS, lean: bool = True,
+    def __init__(self, model: Any, tokenizer: Any, decode_rows: int | None = None, lean: bool = True,
                  native: bool = True, **kw: Any):
         from workbench.rollout.backends.native import NativeDecode
 
@@ -376,17 +402,25 @@ class QuantBackend(HFBackend):
         self.native = NativeDecode.build(self.lean) if native and self.lean is not None else None
         self.native_why = ("" if self.native is not None else "not asked for" if not native
                            else "no lean step (not a Llama)" if self.lean is None else NativeDecode.why_not)
+        self.prefill_bf16 = cpu_has_bf16()
+        if self.native is not None and not self.prefill_bf16:  # torch's other steps would be fp32 or emulated int4
+            self.native.max_rows = 1 << 30
         super().__init__(qmodel, tokenizer, **kw)
         self.stats["shared_prefix_tokens"] = 0
         self.stats["native_steps"] = 0
 
     def describe(self) -> str:
         one = sum(1 for m in self.layers if m.levels == 1)
-        from workbench.rollout.backends.native import MAX_ROWS
+        from workbench.rollout.backends.native import MAX_ROWS, SIMD
 
-        small = "in C (decode_step.c)" if self.native is not None else f"through torch ({self.native_why})"
-        return (f"int4 decode / bf16 prefill: {one} of {len(self.layers)} linear layers on the int4 grid, "
-                f"{len(self.layers) - one} with two int4 levels; decode steps of up to {MAX_ROWS} rows {small}")
+        if self.native is None:
+            small = f"decode steps of up to {MAX_ROWS} rows through torch ({self.native_why})"
+        else:
+            simd = SIMD.get(self.native.lib.wb_simd(), "plain C loops")
+            small = (f"decode steps of up to {MAX_ROWS} rows" if self.native.max_rows <= MAX_ROWS
+                     else f"every decode step, {MAX_ROWS} rows a call,") + f" in C (decode_step.c, {simd})"
+        return (f"int4 decode / {'bf16' if self.prefill_bf16 else 'fp32'} prefill: {one} of {len(self.layers)} "
+                f"linear layers on the int4 grid, {len(self.layers) - one} with two int4 levels; {small}")
 
     def generate(self, prompts, params, max_new_tokens=None):
         stale = [m for m in self.layers if m.stale]
@@ -409,6 +443,43 @@ class QuantBackend(HFBackend):
         if self.native is not None:  # the adapter's state as peft applies it for this call (enabled, merged, which)
             self.native.active = self.native.refresh()
         return super()._generate_chunk(prompts, limits, params, gen, t0)
+
+    def _prefill(self, prompts, entries):
+        """Without native bf16 the prefill is fp32 and compute-bound, so a batch's prompts are prefilled apart, one
+        call per kept cache they extend (rows extending the same one, such as a batch's shared prefix, go together;
+        a row with none goes alone): a batch pads every row's new tokens to the longest and its cached ones to the
+        longest, a quarter to a half of a multi-turn eval's prefill work. The calls' keys and values are then laid
+        side by side, each row right-aligned, as one batch's cache (its padding masked, as in a batched prefill)."""
+        if self.prefill_bf16 or len(prompts) < 2:
+            return super()._prefill(prompts, entries)
+        from transformers import DynamicCache
+
+        groups: dict[Any, list[int]] = {}
+        for i, e in enumerate(entries):
+            groups.setdefault(id(e) if e is not None else ("alone", i), []).append(i)
+        parts = [(rows, super(QuantBackend, self)._prefill([prompts[i] for i in rows], [entries[i] for i in rows]))
+                 for rows in groups.values()]
+        B, L = len(prompts), max(int(a.shape[1]) for _, (_, a, _, _) in parts)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        pos = torch.zeros((B, 1), dtype=torch.long)
+        logits: list[Any] = [None] * B
+        for rows, (_, a, last, lg) in parts:
+            attn[rows, L - a.shape[1]:] = a.cpu()
+            pos[rows] = last.cpu()
+            for j, i in enumerate(rows):
+                logits[i] = lg[j]
+        layers = []
+        for li in range(len(parts[0][1][0].layers)):
+            ref = parts[0][1][0].layers[li].keys
+            shape = (B, ref.shape[1], L, ref.shape[3])
+            k, v = ref.new_zeros(shape), ref.new_zeros(shape)
+            for rows, (past, a, _, _) in parts:
+                layer = past.layers[li]
+                k[rows, :, L - a.shape[1]:], v[rows, :, L - a.shape[1]:] = layer.keys, layer.values
+                layer.keys = layer.values = None  # each call's copy goes as soon as it is laid in
+            layers.append((k, v))
+        past = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
+        return past, attn.to(ref.device), pos.to(ref.device), torch.stack(logits)
 
     def _share_prefix(self, prompts: list[list[int]]) -> None:
         """Prefill the longest prefix that the batch's distinct new prompts share (and that no kept cache already
