@@ -5,9 +5,11 @@ same GGUF (the default model's Q4_1 file), on the same token ids.
 
 (``ct2-int8`` is CTranslate2 on the default model converted to int8 (``pip install ctranslate2``; the conversion is
 cached in the workbench cache; ``--adapter DIR`` also times an RL step's hand-over: merge, save, convert, load).
-Among the engines, ``int4`` is the engine as rollouts run it, its decode steps of up to 8 rows in C
-(``decode_step.c``); ``int4-torch`` the same engine with every decode step in torch (``LeanDecode``, as before the C
-step); ``int4-hf`` with its decode steps through transformers' own forward, as before ``LeanDecode``.)
+``ort-int4`` is onnxruntime-genai on the default model built as int4 by its own builder (cached likewise). Among the
+engines, ``int4`` is the engine as rollouts run it, its decode steps of up to 8 rows in C (``decode_step.c``; on a CPU
+without native bf16 every decode step, 8 rows a call, and fp32 prefills); ``int4-torch`` the same engine with every
+decode step in torch's int4 kernel (``LeanDecode``, as before the C step); ``int4-hf`` with its decode steps through
+transformers' own forward, as before ``LeanDecode``.)
 
 Workloads (real agent prompts: the search_r1 protocol's turn 0 with chat observations, dev questions of the default
 world, as ``bench_rollout.py`` builds them; 64 new tokens):
@@ -126,6 +128,62 @@ def ct2_runner(threads: int, compute_type: str = "int8"):
         res = gen.generate_batch(tokens, max_length=new, include_prompt_in_result=False, end_token=eos,
                                  sampling_topk=1 if temperature == 0 else 0, sampling_temperature=temperature or 1.0)
         return sum(len(r.sequences_ids[0]) for r in res)
+
+    run([tok.encode("warm up")], 4, 0.0)
+    return run
+
+
+def ort_model(model_dir: str, out: str) -> tuple[str, float]:
+    """``model_dir`` built for onnxruntime-genai (int4 weights, CPU) by its own model builder into ``out`` (kept when
+    there), and the seconds the build took (0 when it was there)."""
+    import subprocess
+    import sys
+
+    if os.path.exists(os.path.join(out, "genai_config.json")):
+        return out, 0.0
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", model_dir, "-o", out, "-p", "int4",
+                    "-e", "cpu", "-c", out + ".build"], check=True, capture_output=True)
+    return out, time.perf_counter() - t0
+
+
+def ort_runner(threads: int):
+    """onnxruntime-genai (``pip install onnxruntime-genai onnx onnx_ir``) on the default model built as int4 by its
+    builder: a batch's prompts left-padded with its pad id (its generator masks them), ``max_length`` the padded
+    length plus the new tokens, so each row gets the same number of new tokens as with the other engines."""
+    import json
+
+    import numpy as np
+    import onnxruntime_genai as og
+
+    from workbench.models import load_tokenizer, resolve_model_path
+    from workbench.paths import cache_dir
+
+    tok = load_tokenizer()
+    path, secs = ort_model(resolve_model_path(), str(cache_dir() / "ort" / "smollm2-135m-int4"))
+    cfg_file = os.path.join(path, "genai_config.json")
+    cfg = json.load(open(cfg_file))
+    cfg["model"]["decoder"]["session_options"].update(intra_op_num_threads=threads, inter_op_num_threads=1)
+    json.dump(cfg, open(cfg_file, "w"), indent=1)
+    pad, eos = cfg["model"]["pad_token_id"], tok.eos_token_id
+    print(f"# ort-int4: built in {secs:.1f} s (0: cached); onnxruntime-genai {og.__version__}")
+    model = og.Model(path)
+
+    def run(prompts: list[list[int]], new: int, temperature: float) -> int:
+        S = max(map(len, prompts))
+        batch = np.array([[pad] * (S - len(p)) + list(p) for p in prompts], dtype=np.int32)
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=S + new, batch_size=len(prompts), do_sample=temperature > 0,
+                                  temperature=temperature or 1.0, random_seed=0)
+        gen = og.Generator(model, params)
+        gen.append_tokens(batch)
+        while not gen.is_done():
+            gen.generate_next_token()
+        out = 0
+        for i in range(len(prompts)):  # a row that ended keeps being padded to the batch's end: count up to its EOS
+            seq = list(gen.get_sequence(i)[S:])
+            out += seq.index(eos) + 1 if eos in seq else len(seq)
+        return out
 
     run([tok.encode("warm up")], 4, 0.0)
     return run
@@ -308,7 +366,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="fp32,int4,llama.cpp",
                     help="comma-separated: fp32, int4, int4-torch, int4-hf, llama.cpp, ct2-int8, ct2-float32 "
-                         "(CTranslate2: pip install ctranslate2)")
+                         "(CTranslate2: pip install ctranslate2), ort-int4 (onnxruntime-genai: pip install "
+                         "onnxruntime-genai onnx onnx_ir)")
     ap.add_argument("--adapter", default=None, metavar="DIR",
                     help="also measure CTranslate2's per-step LoRA hand-over (merge + convert) with this adapter, and "
                          "its logprobs against fp32's")
@@ -322,7 +381,8 @@ def main() -> None:
     res: dict[str, dict[str, list[tuple[int, float, float, float]]]] = {}
     if args.adapter:
         ct2_handover(args.threads, args.adapter)
-    runners = {e: ct2_runner(args.threads, e.split("-", 1)[1]) if e.startswith("ct2-") else torch_runner(e, args.threads)
+    runners = {e: ct2_runner(args.threads, e.split("-", 1)[1]) if e.startswith("ct2-")
+               else ort_runner(args.threads) if e == "ort-int4" else torch_runner(e, args.threads)
                for e in engines if e != "llama.cpp"}
     for _ in range(args.repeats):  # engines interleaved: load from other jobs hits them alike
         for e, run in runners.items():
