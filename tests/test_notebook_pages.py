@@ -104,7 +104,7 @@ def test_00_quickstart_page(tmp_path):
                                 {"limit": 1, "max_new_tokens": 16, "max_turns": 2, "out_dir": str(out)})
     text, _, width = _open(render_html(executed), "00")
     _no_warnings(executed, text)
-    assert "prediction" in text and "gold" in text and "by cover-EM = 1" in text  # the transcript's verdict
+    assert "prediction" in text and "gold" in text and "correct means cover-EM = 1" in text  # the transcript's verdict
     assert "cover-EM" in text and "searches" in text  # the metrics table's short headers
     assert width <= 1400
 

@@ -223,7 +223,9 @@ def test_gold_answer_beside_the_prediction_everywhere(runs, questions):
     (i,) = ins.set_filters(method="direct", hops=2)
     gold = questions[1].answers[0]
     assert gold in ins.transcript.value and "prediction <code>Nobody</code>" in ins.transcript.value
-    assert "✘ wrong</b> by cover-EM = 1" in ins.transcript.value
+    # the verdict names the answer's score and the criterion apart (not "wrong by cover-EM = 1", read as a score)
+    assert "✘ wrong</b> <span style='color:#444'>(this answer's cover-EM 0; correct means cover-EM = 1" \
+        in ins.transcript.value
     assert f"gold: {gold}"[:30] in ins.pick.options[0][0] and "✘" in ins.pick.options[0][0]
     assert gold in ins.table.value  # the matches table has a gold column
     assert ins.frame.at[i, "gold"] == questions[1].answers

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from workbench.eval.compare import MISSING, Verdict, judge, show
+from workbench.eval.compare import METRIC_NAMES, MISSING, Verdict, judge, show
 from workbench.trajectory import OBSERVATION, Trajectory, Turn, token_pieces
 
 #: Colours per protocol tag (background) for the transcript view.
@@ -139,8 +139,13 @@ def verdict_html(v: Verdict) -> str:
         mark = f"<span style='color:#666'>not judged ({MISSING}: no gold answer)</span>"
     else:
         colour, word = ("#1b7f3b", "✔ correct") if v.correct else ("#b00020", "✘ wrong")
-        matched = f" vs “{html.escape(v.matched)}”" if v.matched and len(v.gold) > 1 else ""
-        mark = f"<b style='color:{colour}'>{word}</b> by {html.escape(v.rule)}{matched}"
+        # the rule is the criterion, not the answer's score: say both apart ("wrong by cover-EM = 1" read as a score)
+        name = METRIC_NAMES.get(v.metric, v.metric)
+        alias = ""
+        if v.matched and len(v.gold) > 1:
+            alias = f"; {'matched' if v.correct else 'nearest alias'} “{html.escape(v.matched)}”"
+        mark = (f"<b style='color:{colour}'>{word}</b> <span style='color:#444'>(this answer's {html.escape(name)} "
+                f"{show(v.scores.get(v.metric))}; correct means {html.escape(v.rule)}{alias})</span>")
     scores = " · ".join(f"{name} {show(v.scores.get(k))}" for k, name in (("em", "EM"), ("cem", "cover-EM"), ("f1", "F1")))
     return ("<div class='wb-verdict' style='font-family:sans-serif;font-size:13px;border:1px solid #cfd8dc;"
             "border-radius:4px;padding:4px 8px;margin:4px 0;background:#fafafa'>"
