@@ -50,15 +50,38 @@ def test_one_rendering_of_a_missing_value():
     assert show(0.25) == "0.250" and show(3.0) == "3" and show(7) == "7" and show("Ostrel") == "Ostrel"
 
 
-def test_pairs_share_the_sample_index_else_the_first_sample():
+def test_one_row_per_shared_question_judged_by_most_of_its_samples():
     pairs = pair_table(_frame(), "a", "b")
     assert len(pairs) == 2 and pairs.attrs["only_left"] == 1 and pairs.attrs["only_right"] == 0  # q3: only a
     q1, q2 = (pairs[pairs["question"] == q].iloc[0] for q in ("q1", "q2"))
+    # b's q1: one of two samples right (half: right), shown by its sample that is right
     assert (q1["left_answer"], q1["right_answer"], q1["category"]) == ("Ada", "Ada Quist", "fixed")
-    # a's q2 sample 0 has no b sample 0: paired with b's first on q2 (sample 1, "Brackwater")
-    assert (q2["right_answer"], q2["right_row"], q2["category"]) == ("Brackwater", 5, "broken")
-    assert q2["gold"] == ["Ostrel"] and list(pairs["category"]) == ["fixed", "broken"]
-    assert category_counts(pairs) == {"fixed": 1, "broken": 1, "both wrong": 0, "both right": 0}
+    assert (q1["right_score"], q1["right_f1"], q1["right_samples"], q1["left_samples"]) == (0.5, 0.9, 2, 1)
+    # b's q2: samples 1 (wrong) and 2 (right): half right, shown by sample 2 ("Ostrel", row 6); a is right too
+    assert (q2["right_answer"], q2["right_row"], q2["category"]) == ("Ostrel", 6, "both right")
+    assert q2["gold"] == ["Ostrel"] and list(pairs["category"]) == ["fixed", "both right"]
+    assert category_counts(pairs) == {"fixed": 1, "broken": 0, "both wrong": 0, "both right": 1}
+    assert (pairs.attrs["left_samples"], pairs.attrs["right_samples"]) == (2, 4)
+
+
+def test_three_samples_against_one_count_each_question_once():
+    """The issue's case: a run of 3 samples a question against one of 1 sample, on 2 questions. Counted by sample,
+    the single sample was repeated three times: "6 shared question samples", fixed/broken inflated threefold."""
+    rows = [("many", q, k, ans, cem, cem) for q, answers in (("q1", ("Ada", "Ada", "Bo")), ("q2", ("x", "y", "Ostrel")))
+            for k, (ans, cem) in enumerate((a, float(a in ("Ada", "Ostrel"))) for a in answers)]
+    rows += [("one", "q1", 0, "Bo", 0.0, 0.0), ("one", "q2", 0, "Ostrel", 1.0, 1.0)]
+    f = pd.DataFrame(rows, columns=["source", "question", "sample_idx", "answer", "cem", "f1"])
+    pairs = pair_table(f, "one", "many")
+    assert len(pairs) == 2 and category_counts(pairs) == {"fixed": 1, "broken": 1, "both wrong": 0, "both right": 0}
+    q1 = pairs.set_index("question").loc["q1"]
+    assert (q1["right_answer"], q1["right_score"], q1["right_samples"]) == ("Ada", 2 / 3, 3)  # 2 of 3 right
+    q2 = pairs.set_index("question").loc["q2"]
+    assert (q2["category"], q2["right_answer"]) == ("broken", "x")  # 1 of 3 right: wrong, shown by a wrong sample
+    from widgets.diff import counts_html
+
+    line = counts_html(pairs)
+    assert "over 2 shared questions (2 samples left, 6 right; a side with several is judged by most of them)" in line
+    assert "1 fixed" in line and "1 broken" in line
 
 
 def test_pairs_by_f1_threshold_and_unknown_gold():

@@ -116,7 +116,7 @@ def test_01_inspector_page_opens_the_diff(demo_run, tmp_path):
     text, diff_open, _ = _open(render_html(executed), "01")
     _no_warnings(executed, text)
     assert diff_open and "diff (open tab)" in text  # the saved inspector is the one the last cell left
-    assert "direct → search_r1 over 2 shared question samples" in text and "2 broken" in text
+    assert "direct → search_r1 over 2 shared questions:" in text and "2 broken" in text
     assert all(e.answers[0] in text for e in questions)  # the gold answers
     m = json.loads((tmp_path / "01" / "metrics.json").read_text())
     assert m["diff"]["question"] in {e.question for e in questions}

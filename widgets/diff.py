@@ -154,11 +154,15 @@ def diff_html(frame: pd.DataFrame, trajs: Sequence[Trajectory], left: int | None
 
 
 def counts_html(pairs: pd.DataFrame) -> str:
-    """One line: the two sources, how many question samples they share, the pairs per category, the questions only
-    one of them answered."""
+    """One line: the two sources, how many questions they share (and each side's samples of them, where a side drew
+    more than one a question), the questions per category, the questions only one of them answered."""
     a = pairs.attrs
+    n = len(pairs)
+    samples = [a.get("left_samples", n), a.get("right_samples", n)]
+    drawn = (f" ({samples[0]} samples left, {samples[1]} right; a side with several is judged by most of them)"
+             if samples != [n, n] else "")
     return (f"<div style='font-family:sans-serif;font-size:13px;margin:4px 0'><b>{html.escape(str(a.get('left')))}</b>"
-            f" → <b>{html.escape(str(a.get('right')))}</b> over {len(pairs)} shared question samples: "
+            f" → <b>{html.escape(str(a.get('right')))}</b> over {n} shared question{'s' if n != 1 else ''}{drawn}: "
             + " · ".join(f"<b style='color:{CATEGORY_COLOURS[c]}'>{n} {c}</b>" for c, n in category_counts(pairs).items())
             + (f" · only left: {a['only_left']} questions" if a.get("only_left") else "")
             + (f" · only right: {a['only_right']} questions" if a.get("only_right") else "") + "</div>")

@@ -6,10 +6,10 @@ runs): the views draw what these return. A *source* is a ``source`` value of suc
 
 - :func:`judge`: the gold aliases beside the prediction, every string score, the metric that decides
   correctness and the alias it matched (:func:`~workbench.rewards.metrics.matching_gold`).
-- :func:`pair_table`: the trajectories of two sources paired on the questions both answered (same sample
-  index first), both answers and scores, and a :data:`CATEGORIES` label per pair: *fixed* (only the right-hand
-  source is correct), *broken* (only the left), *both right*, *both wrong*; rows without a gold answer are
-  *unknown*.
+- :func:`pair_table`: two sources compared on the questions both answered, one row per question (a source with
+  several samples judged by most of them), both answers and scores, and a :data:`CATEGORIES` label per question:
+  *fixed* (only the right-hand source is correct), *broken* (only the left), *both right*, *both wrong*; questions
+  without a gold answer are *unknown*.
 - :func:`show`: the one rendering of a missing value (:data:`MISSING`) every view uses.
 """
 
@@ -117,24 +117,28 @@ def category(left_ok: Any, right_ok: Any) -> str:
 
 
 PAIR_COLUMNS = ("question", "sample_idx", "gold", "left_row", "right_row", "left_answer", "right_answer",
-                "left_score", "right_score", "left_f1", "right_f1", "category")
+                "left_score", "right_score", "left_f1", "right_f1", "category", "left_samples", "right_samples")
 
 
 def pair_table(frame: pd.DataFrame, left: str, right: str, metric: str = "cem", threshold: float = 0.5) -> pd.DataFrame:
-    """The trajectories of sources ``left`` and ``right`` on the questions both answered, one row per pair.
+    """Sources ``left`` and ``right`` compared on the questions both answered: one row per question, whatever the
+    number of samples each drew of it.
 
     ``frame``: one row per trajectory with ``source``, ``question``, ``sample_idx``, ``answer``, the metric
-    columns (``cem``, ``f1``...) and optionally ``gold`` (the aliases). A left trajectory is paired with the right
-    one of the same question and sample index, else with the right source's first on that question (a run with
-    one sample per question against one with several). Columns: :data:`PAIR_COLUMNS` (``*_row``: positions in
-    ``frame``; ``*_score``: ``metric``). Sorted by :data:`CATEGORIES`, then by how much the right-hand F1 gained.
-    ``attrs``: ``only_left`` / ``only_right`` (questions one source answered and the other did not).
+    columns (``cem``, ``f1``...) and optionally ``gold`` (the aliases). A side's verdict on a question is that of
+    most of its samples (right when at least half are; one sample: its own), its scores the means over them, and
+    the trajectory shown for it (``*_row``: positions in ``frame``; ``*_answer``; ``sample_idx`` is the left one's)
+    its first sample that agrees with that verdict. So a run of 3 samples against one of 1 counts each question
+    once, not its one sample three times. Columns: :data:`PAIR_COLUMNS` (``*_score``: ``metric``; ``*_samples``: how
+    many each side drew). Sorted by :data:`CATEGORIES`, then by how much the right-hand F1 gained. ``attrs``:
+    ``only_left`` / ``only_right`` (questions one source answered and the other did not), ``left_samples`` /
+    ``right_samples`` (each side's trajectories on the shared questions).
 
-    >>> f = pd.DataFrame({"source": ["a", "a", "b", "b"], "question": ["q1", "q2", "q1", "q2"],
-    ...                   "sample_idx": [0, 0, 0, 0], "answer": ["x", "Ada", "Ada", "y"],
-    ...                   "cem": [0.0, 1.0, 1.0, 0.0], "f1": [0.0, 1.0, 1.0, 0.0]})
-    >>> pair_table(f, "a", "b")[["question", "category"]].values.tolist()
-    [['q1', 'fixed'], ['q2', 'broken']]
+    >>> f = pd.DataFrame({"source": ["a", "a", "b", "b", "b"], "question": ["q1", "q2", "q1", "q1", "q2"],
+    ...                   "sample_idx": [0, 0, 0, 1, 0], "answer": ["x", "Ada", "Ada", "Ada", "y"],
+    ...                   "cem": [0.0, 1.0, 1.0, 1.0, 0.0], "f1": [0.0, 1.0, 1.0, 1.0, 0.0]})
+    >>> pair_table(f, "a", "b")[["question", "category", "right_samples"]].values.tolist()
+    [['q1', 'fixed', 2], ['q2', 'broken', 1]]
     """
     if metric not in CORRECT_METRICS:
         raise ValueError(f"correct metric {metric!r}; valid: {', '.join(CORRECT_METRICS)}")
@@ -143,37 +147,41 @@ def pair_table(frame: pd.DataFrame, left: str, right: str, metric: str = "cem", 
     cols = ["question", "sample_idx", "answer", metric, "f1"] + (["gold"] if "gold" in frame.columns else [])
 
     def side(name: str) -> pd.DataFrame:
+        """One row per question: the verdict of most samples, the mean scores, the first sample that agrees."""
         rows = np.flatnonzero((src == name).to_numpy())
         part = frame.iloc[rows][list(dict.fromkeys(cols))].copy()
         part["row"], part["ok"] = rows, ok.iloc[rows].to_numpy()
-        return part.reset_index(drop=True)
+        part["score"] = pd.to_numeric(part[metric], errors="coerce")
+        part["f1n"] = pd.to_numeric(part["f1"], errors="coerce")
+        part = part.sort_values(["question", "sample_idx", "row"], kind="stable")
+        g = part.groupby("question", sort=False)
+        share = g["ok"].mean()  # NaN when no sample could be judged
+        verdict = (share >= 0.5).astype(float).where(share.notna())
+        part["agrees"] = (part["ok"] == part["question"].map(verdict)) | part["question"].map(verdict).isna()
+        shown = part.sort_values(["agrees"], ascending=False, kind="stable").drop_duplicates("question")
+        out = shown.set_index("question")
+        out["ok"], out["score"], out["f1n"], out["n"] = verdict, g["score"].mean(), g["f1n"].mean(), g.size()
+        return out
 
     lf, rf = side(left), side(right)
-    pairs = lf.merge(rf, on=["question", "sample_idx"], how="left", suffixes=("_l", "_r"))
-    lost = pairs["row_r"].isna()
-    if lost.any():  # no right trajectory with this sample index: the right source's first on the question
-        first = rf.drop_duplicates("question").set_index("question")
-        have = lost & pairs["question"].isin(first.index)
-        for c in [c for c in rf.columns if c not in ("question", "sample_idx")]:
-            pairs.loc[have, f"{c}_r" if f"{c}_r" in pairs.columns else c] = first.loc[pairs.loc[have, "question"], c].to_numpy()
-        pairs = pairs[pairs["row_r"].notna()]
+    shared = [q for q in lf.index if q in rf.index]
+    L, R = lf.loc[shared], rf.loc[shared]
     out = pd.DataFrame({
-        "question": pairs["question"].to_numpy(), "sample_idx": pairs["sample_idx"].to_numpy(),
-        "gold": pairs["gold_l"].to_numpy() if "gold_l" in pairs else [None] * len(pairs),
-        "left_row": pairs["row_l"].astype(np.int64).to_numpy(), "right_row": pairs["row_r"].astype(np.int64).to_numpy(),
-        "left_answer": pairs["answer_l"].to_numpy(), "right_answer": pairs["answer_r"].to_numpy(),
-        "left_score": pd.to_numeric(pairs[f"{metric}_l"], errors="coerce").to_numpy(),
-        "right_score": pd.to_numeric(pairs[f"{metric}_r"], errors="coerce").to_numpy(),
-        "left_f1": pd.to_numeric(pairs["f1_l"], errors="coerce").to_numpy(),
-        "right_f1": pd.to_numeric(pairs["f1_r"], errors="coerce").to_numpy(),
-        "category": [category(a, b) for a, b in zip(pairs["ok_l"], pairs["ok_r"])],
+        "question": shared, "sample_idx": L["sample_idx"].to_numpy(),
+        "gold": L["gold"].to_numpy() if "gold" in L.columns else [None] * len(shared),
+        "left_row": L["row"].astype(np.int64).to_numpy(), "right_row": R["row"].astype(np.int64).to_numpy(),
+        "left_answer": L["answer"].to_numpy(), "right_answer": R["answer"].to_numpy(),
+        "left_score": L["score"].to_numpy(), "right_score": R["score"].to_numpy(),
+        "left_f1": L["f1n"].to_numpy(), "right_f1": R["f1n"].to_numpy(),
+        "category": [category(a, b) for a, b in zip(L["ok"], R["ok"])],
+        "left_samples": L["n"].astype(np.int64).to_numpy(), "right_samples": R["n"].astype(np.int64).to_numpy(),
     }, columns=list(PAIR_COLUMNS))
     order = out["category"].map({c: i for i, c in enumerate(CATEGORIES)}).to_numpy()
     gain = np.nan_to_num(out["right_f1"].to_numpy() - out["left_f1"].to_numpy(), nan=0.0)
     out = out.iloc[np.lexsort((out["left_row"].to_numpy(), -gain, order))].reset_index(drop=True)
-    lq, rq = set(lf["question"]), set(rf["question"])
     out.attrs.update(left=left, right=right, metric=metric, threshold=threshold,
-                     only_left=len(lq - rq), only_right=len(rq - lq))
+                     only_left=len(set(lf.index) - set(rf.index)), only_right=len(set(rf.index) - set(lf.index)),
+                     left_samples=int(out["left_samples"].sum()), right_samples=int(out["right_samples"].sum()))
     return out
 
 
