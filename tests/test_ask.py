@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from workbench import cli
@@ -117,10 +118,15 @@ def test_the_default_is_the_trained_agent_and_bad_questions_are_refused(tokenize
 def test_cli_asks_the_trained_agent_with_the_real_model(tmp_path, capsys, one_thread):
     if not (TRAINED_ADAPTER / "adapter_model.safetensors").exists():
         pytest.skip(f"no trained adapter at {TRAINED_ADAPTER}")
-    assert cli.main(["ask", QUESTION, "--out", str(tmp_path), "--max-new-tokens", "64"]) == 0
+    assert cli.main(["ask", QUESTION, "--out", str(tmp_path), "--max-new-tokens", "64",
+                     "--answer", "Nobody At All", "--answer", "Noone"]) == 0
     out = capsys.readouterr().out
     assert f"Q: {QUESTION}\n" in out and "\n  search " in out and "\n  found " in out and "\nanswer: " in out
+    # the gold answers given: the verdict printed, the same the run stores
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    cem = float(pd.read_parquet(run_dir / "trajectories.parquet")["cem"].iloc[0])
+    assert f"\nverdict: {'correct' if cem == 1 else 'wrong'} (cover-EM {cem:g}, F1 " in out
+    assert "correct means cover-EM = 1" in out and "gold: Nobody At All | Noone)" in out
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["kind"] == "ask" and cfg["method"] == "search_r1+lora" and cfg["adapter"] == str(TRAINED_ADAPTER)
     assert json.loads((run_dir / "status.json").read_text())["state"] == "complete"

@@ -85,6 +85,14 @@ def test_group_is_generated_as_one_batch(tokenizer):
     assert [t.sample_idx for t in trajs] == [0, 1, 2] * 2
 
 
+def test_the_progress_bar_names_the_method_not_only_its_protocol(tokenizer, capsys):
+    be = ScriptedBackend(tokenizer, TWO_TURNS)
+    rollout(EX, get_protocol("search_r1"), toolbox(), be, RolloutConfig(), meta={"method": "search_r1+lora"})
+    assert "rollout search_r1+lora" in capsys.readouterr().err
+    rollout(EX, get_protocol("search_r1"), toolbox(), ScriptedBackend(tokenizer, TWO_TURNS), RolloutConfig())
+    assert "rollout search_r1:" in capsys.readouterr().err  # no method given: the protocol's name
+
+
 def test_invalid_actions_are_recorded_not_raised(tokenizer):
     script = ["I will search <search> unclosed", "<search>   </search>", "<answer> Ada Quist </answer>"]
     be = ScriptedBackend(tokenizer, script)

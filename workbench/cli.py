@@ -175,6 +175,13 @@ def ask_command(args: argparse.Namespace) -> int:
     searches = sum(len(turn.tool_calls) for turn in t.turns)
     print(f"\nanswer: {t.answer if t.answer is not None else '(none: ' + t.finish_reason + ')'}  "
           f"({sum(turn.kind == 'policy' for turn in t.turns)} turns, {searches} tool calls, {done.seconds:.1f}s)")
+    if args.answer:  # the gold answers given: the verdict, as the run stores it
+        from workbench.eval.compare import judge
+
+        v = judge(t.answer, args.answer)
+        matched = f", matched {v.matched!r}" if v.correct and v.matched else ""
+        print(f"verdict: {'correct' if v.correct else 'wrong'} (cover-EM {v.scores['cem']:g}, F1 {v.scores['f1']:.2f}; "
+              f"correct means {v.rule}{matched}; gold: {' | '.join(v.gold)})")
     print(run_dir_hint(done.run))
     return 0
 

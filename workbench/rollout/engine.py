@@ -138,7 +138,8 @@ def rollout(
 
     # one tick per finished trajectory (all of a turn's sequences are generated together, so ticks come at turn
     # ends); the postfix says which turn runs and the generation throughput so far
-    bar = tqdm(total=len(states), desc=f"rollout {protocol.name}", unit="traj", disable=not progress, leave=False)
+    label = (meta or {}).get("method") or protocol.name  # the eval's method ("search_r1+lora"), else the protocol
+    bar = tqdm(total=len(states), desc=f"rollout {label}", unit="traj", disable=not progress, leave=False)
     bar.update(sum(s.done for s in states))
     gen_tokens, gen_seconds = 0, 0.0
     for turn_idx in range(cfg.max_turns):
