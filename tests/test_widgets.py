@@ -216,6 +216,7 @@ def test_open_on_difference_shows_the_question_the_second_method_gained(runs, qu
     j = ins.open_on_difference("direct", "direct")
     assert j is not None and ins.tabs.selected_index == 3 and "score the same" in ins.diff.value
     assert ins.open_on_difference("direct", "nope") is None and "No trajectories of nope" in ins.diff.value
+    assert ins.diff_reason == "no trajectories of nope here (sources: direct, search_r1)"
 
 
 def test_gold_answer_beside_the_prediction_everywhere(runs, questions):
@@ -256,6 +257,14 @@ def test_diff_of_two_runs_on_the_same_question(runs):
     ins.set_filters(hops=2)  # the right-hand source is kept while it has the question
     assert ins.right_w.value == "eval · search_r1" and ins.left_w.value == ins.frame.at[ins.pick.value, "source"]
     assert sorted(ins.comparison()["category"]) == ["both wrong", "fixed", "fixed"]  # train got none right
+    # a bare method name with two runs open: the first run's on the left, the last run's (the compared one) on the right
+    assert (ins.source_of("direct"), ins.source_of("search_r1"), ins.source_of("search_r1", "right")) == (
+        "eval · direct", "eval · search_r1", "train · search_r1")
+    i = ins.open_on_difference("search_r1", "search_r1")  # eval's against train's: train gains nowhere
+    assert i is not None and ins.diff_reason == "" and ins.frame.at[i, "source"] == "eval · search_r1"
+    assert (ins.left_w.value, ins.right_w.value) == ("eval · search_r1", "train · search_r1")
+    assert "over 3 shared questions" in ins.pairs_view.value
+    assert ins.open_on_difference("direct", "nope") is None and ins.diff_reason.startswith("no trajectories of nope")
 
 
 def test_token_view_marks_masked_tokens_and_shows_logprobs(runs, tokenizer):

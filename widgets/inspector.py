@@ -157,6 +157,7 @@ class TrajectoryInspector:
         self._pairs_key: tuple[Any, ...] | None = None
         self._pairs_shown: tuple[Any, ...] | None = None
         self.diff_note = ""
+        self.diff_reason = ""  # why open_on_difference opened nothing, in plain text ("" when it opened a pair)
 
         for w in (self.run_w, self.dataset_w, self.method_w, self.protocol_w, self.hops_w, self.correct_w,
                   self.metric_w, self.threshold_w, self.searches_w, self.reward_w, self.failed_w, self.search_w):
@@ -454,23 +455,40 @@ class TrajectoryInspector:
         self.show()
         return i
 
+    def source_of(self, name: str, side: str = "left") -> str | None:
+        """The source ``name`` stands for: itself, or with several runs open a bare method name's ``run · method``,
+        the first run's for the left side and the last run's (the one compared with) for the right; None if no run
+        has it."""
+        sources = list(dict.fromkeys(self.frame["source"]))  # in the order of the runs
+        if name in sources:
+            return name
+        hits = [s for s in sources if s.endswith(" · " + name)]
+        return (hits[0] if side == "left" else hits[-1]) if hits else None
+
     def open_on_difference(self, left: str, right: str, metric: str = "cem") -> int | None:
-        """Open the diff tab on ``left`` against ``right`` (method names, or ``run · method`` with several runs): the
+        """Open the diff tab on ``left`` against ``right`` (method names, or ``run · method`` with several runs; a bare
+        method name then means the first run's on the left and the last run's on the right, :meth:`source_of`): the
         comparison over every question both answered, and the question where ``right`` gained most over ``left`` by
         ``metric`` (ties broken by F1; when both score the same everywhere, the first shared question, and the tab
         says so). Returns the shown row (``left``'s trajectory on that question), or None when a source is absent
-        or the two share no question (the reason is in the diff tab)."""
+        or the two share no question (the reason is in the diff tab, and as plain text in :attr:`diff_reason`)."""
         f = self.frame
-        for name in (left, right):
-            if name not in set(f["source"]):
-                self.diff.value = f"<i>No trajectories of {html.escape(name)} here.</i>"
+        resolved = [self.source_of(name, side) for name, side in ((left, "left"), (right, "right"))]
+        for name, src in zip((left, right), resolved):
+            if src is None:
+                self.diff_reason = (f"no trajectories of {name} here (sources: "
+                                    f"{', '.join(dict.fromkeys(f['source']))})")
+                self.diff.value = f"<i>{html.escape(self.diff_reason[0].upper() + self.diff_reason[1:])}.</i>"
                 self.tabs.selected_index = DIFF_TAB
                 return None
+        left, right = resolved
         question, note = best_gain(f, left, right, metric)
         if question is None:
+            self.diff_reason = note
             self.diff.value = f"<i>{html.escape(note)}.</i>"
             self.tabs.selected_index = DIFF_TAB
             return None
+        self.diff_reason = ""
         i = int(f.index[(f["question"] == question) & (f["source"] == left)][0])
         self.clear_filters()  # every trajectory matches: the row can be shown
         self.filter_note = ""
