@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import shutil
 import socket
 from contextlib import contextmanager
@@ -322,10 +323,13 @@ def test_lab_command_and_cli(monkeypatch, capsys):
     assert "--MultiKernelManager.default_kernel_name=workbench" in cmd
     assert "--no-browser" not in cli.lab_command(port=8888)
 
-    import subprocess
+    # a setting given on the command line replaces ours (Jupyter refuses two values for one setting)
+    mine = cli.lab_command(port=9123, root="/x", extra=["--ServerApp.root_dir=/y", "--ServerApp.port=9000"])
+    assert "--notebook-dir" not in mine and "--ServerApp.port=9123" not in mine
+    assert mine[-2:] == ["--ServerApp.root_dir=/y", "--ServerApp.port=9000"] and "--ServerApp.ip=127.0.0.1" in mine
 
     seen = []
-    monkeypatch.setattr(subprocess, "call", lambda c: seen.append(c) or 0)
+    monkeypatch.setattr(cli, "_run_until_stopped", lambda c: seen.append(c) or 0)
     assert cli.main(["lab", "--port", "9124", "--no-browser", "--LabApp.news_url=None"]) == 0
     from workbench.paths import repo_root
 
@@ -337,6 +341,43 @@ def test_lab_command_and_cli(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:  # only `lab` passes unknown flags on
         cli.main(["eval", "--method", "direct", "--bogus-flag"])
     assert e.value.code == 2
+
+
+def test_stopping_workbench_lab_stops_its_jupyter_server(tmp_path):
+    """SIGTERM to `workbench lab` (a scripted start and stop): the JupyterLab server it started goes too, and its
+    port is free again (it used to keep running, orphaned)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "lab", "--port", str(port), "--no-browser",
+                             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def listening() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        deadline = time.time() + 90
+        while not listening() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert listening(), "JupyterLab did not start"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        deadline = time.time() + 15
+        while listening() and time.time() < deadline:
+            time.sleep(0.5)
+        assert not listening()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_metrics_json_of_runs_is_read_as_summaries(runs_root):

@@ -557,8 +557,17 @@ def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = N
     from workbench.notebooks import KERNEL
     from workbench.paths import repo_root
 
-    cmd = [sys.executable, "-m", "jupyterlab", "--notebook-dir", str(root or repo_root()),
-           "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--MultiKernelManager.default_kernel_name={KERNEL}"]
+    given = {flag.split("=", 1)[0] for flag in extra}
+    # a setting the user passes replaces ours (Jupyter refuses two values for one setting: "only accepts one value")
+    defaults = [(("--notebook-dir", "--ServerApp.root_dir", "--ServerApp.notebook_dir"),
+                 ["--notebook-dir", str(root or repo_root())]),
+                (("--ip", "--ServerApp.ip"), ["--ServerApp.ip=127.0.0.1"]),
+                (("--port", "--ServerApp.port"), [f"--ServerApp.port={port}"]),
+                (("--MultiKernelManager.default_kernel_name",), [f"--MultiKernelManager.default_kernel_name={KERNEL}"])]
+    cmd = [sys.executable, "-m", "jupyterlab"]
+    for names, flags in defaults:
+        if not given.intersection(names):
+            cmd += flags
     if token:
         cmd.append(f"--IdentityProvider.token={token}")
     if no_browser:
@@ -570,16 +579,42 @@ def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = N
 
 def lab(args: argparse.Namespace) -> int:
     import secrets
-    import subprocess
 
     token = secrets.token_hex(24)
     cmd = lab_command(args.port, args.no_browser, token=token, extra=getattr(args, "extra", []))
     print(f"JupyterLab: http://127.0.0.1:{args.port}/lab?token={token}\n"
           "  (kernel 'workbench'; notebooks/ holds the notebooks, runs/<id>/notebooks/ the executed ones)", flush=True)
+    return _run_until_stopped(cmd)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _run_until_stopped(cmd: list[str], grace: float = 10.0) -> int:
+    """Run ``cmd`` and return its exit status; a SIGTERM or SIGHUP to this process (or Ctrl-C) stops it first, so the
+    server does not outlive the command that started it (it kept its port, orphaned, before)."""
+    import signal
+    import subprocess
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    proc = subprocess.Popen(cmd)
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return subprocess.call(cmd)
-    except KeyboardInterrupt:
+        return proc.wait()
+    except (KeyboardInterrupt, _Stopped):
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         return 0
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 # --------------------------------------------------------------------------- regress
