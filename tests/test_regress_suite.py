@@ -145,3 +145,7 @@ def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path)
     d = json.loads((dash / "metrics.json").read_text(encoding="utf-8"))
     assert d["n_runs"] == 1 and d["n_trajectories"] == 4
     assert (dash / "dashboard.html").exists()
+    # the static dashboard is written outside the kernel: no Panel outputs that load from a CDN (54 of them before)
+    executed = (tmp_path / "05.ipynb").read_text(encoding="utf-8")
+    assert "cdn.holoviz.org" not in executed
+    assert max(len(c.get("outputs", [])) for c in json.loads(executed)["cells"]) <= 3
