@@ -70,9 +70,7 @@ def torch_runner(engine: str, threads: int):
     model, tok = load_policy(device="cpu")
     c = time.process_time()
     if engine in ("int4-hf", "int4-torch"):  # transformers' forward (no LeanDecode) / LeanDecode (no C step)
-        from workbench.rollout.backends.quant import QuantBackend
-
-        from workbench.rollout.backends.quant import DECODE_ROWS
+        from workbench.rollout.backends.quant import DECODE_ROWS, QuantBackend
 
         # torch's int4 kernel for the decode steps even where the engine would not use it (no native bf16)
         backend = QuantBackend(model, tok, lean=engine == "int4-torch", native=False, decode_rows=DECODE_ROWS)

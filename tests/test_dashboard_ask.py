@@ -60,6 +60,7 @@ def test_ask_tab_streams_the_turns_and_saves_a_run_in_chromium(tokenizer, tmp_pa
             page.get_by_text("No runs under").first.wait_for(timeout=60_000)
             page.locator(".bk-tab", has_text="Ask").click()
             page.locator("textarea").fill(QUESTION)
+            page.get_by_placeholder("Firnith Truxach").fill("Firnith Stullith Truxach | F. S. Truxach")
             page.locator("select").select_option("search_r1")
             page.locator("button", has_text="Ask").click()
             page.locator(".wb-ask-search").wait_for(timeout=30_000)  # the first turn, while the second is generated
@@ -70,6 +71,8 @@ def test_ask_tab_streams_the_turns_and_saves_a_run_in_chromium(tokenizer, tmp_pa
             page.locator(".wb-ask-done").wait_for(timeout=30_000)
             assert "Firnith Stullith Truxach" in page.locator(".wb-ask-answer").inner_text()
             assert "Firnith Stullith Truxach" in page.locator(".wb-ask-done").inner_text()
+            # the gold answer given: the tab says the verdict, and the run scored it
+            assert "✔ correct" in page.locator(".wb-ask-verdict").inner_text()
             shot = tmp_path / "ask.png"
             page.screenshot(path=str(shot), full_page=True)
             browser.close()
@@ -82,6 +85,9 @@ def test_ask_tab_streams_the_turns_and_saves_a_run_in_chromium(tokenizer, tmp_pa
     (run,) = [d for d in root.iterdir() if d.is_dir()]
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["kind"] == "ask" and cfg["question"] == QUESTION and cfg["method"] == "search_r1"
+    import pandas as pd
+
+    assert pd.read_parquet(run / "trajectories.parquet")["cem"].tolist() == [1.0]
     assert json.loads((run / "status.json").read_text())["state"] == "complete"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from workbench.eval.adapters import TRAINED_ADAPTER
 from workbench.eval.ask import DEFAULT_METHOD, Asker, Step
+from workbench.eval.compare import judge
 from workbench.eval.config import TRAINED
 
 #: Colours of the steps (left border), by :data:`workbench.eval.ask.STEP_KINDS`.
@@ -55,6 +56,8 @@ def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
 
     question = pn.widgets.TextAreaInput(label="Question", placeholder="Who founded Treimveex Textiles?", rows=2,
                                         sizing_mode="stretch_width")
+    gold = pn.widgets.TextInput(label="Gold answer (optional; aliases between |)", placeholder="Firnith Truxach",
+                                width=420)
     method = pn.widgets.Select(label="Method (M+lora: with the adapter)", options=_methods(), value=DEFAULT_METHOD,
                                width=260)
     default_adapter = str(TRAINED_ADAPTER) if (TRAINED_ADAPTER / "adapter_model.safetensors").exists() else ""
@@ -82,6 +85,9 @@ def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
             status.object = note("Type a question first.", "#b00020")
             return
         options: dict[str, Any] = {}
+        answers = [a.strip() for a in gold.value.split("|") if a.strip()]
+        if answers:  # the run scores the answer, and the tab says the verdict
+            options["answers"] = answers
         if method.value.endswith(TRAINED) and adapter.value.strip():
             options["adapter"] = adapter.value.strip() if allow_paths else default_adapter
         if allow_paths and source.value == "corpus file":
@@ -123,7 +129,13 @@ def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
         else:
             t = done.trajectory
             answer = html.escape(str(t.answer)) if t.answer is not None else f"(none: {html.escape(t.finish_reason)})"
-            status.object = note(f"<b class='wb-ask-done'>Answer: {answer}</b> · {done.seconds:.1f}s · saved as run "
+            verdict = ""
+            if answers:
+                v = judge(t.answer, answers)
+                verdict = (f" · <b class='wb-ask-verdict' style='color:{'#1b7f3b' if v.correct else '#b00020'}'>"
+                           f"{'✔ correct' if v.correct else '✘ wrong'}</b> (cover-EM {v.scores['cem']:g}; correct "
+                           f"means {html.escape(v.rule)}; gold: {html.escape(' | '.join(v.gold))})")
+            status.object = note(f"<b class='wb-ask-done'>Answer: {answer}</b>{verdict} · {done.seconds:.1f}s · saved as run "
                                  f"<code>{html.escape(done.run.path.name)}</code> (reload the page to open it in the "
                                  "Trajectories tab)")
         finally:
@@ -134,5 +146,5 @@ def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
         "Served to other machines: questions search the synthetic world, with the shipped adapter for M+lora "
         "(corpus files, retrieval servers and adapter paths only on a dashboard bound to 127.0.0.1)."),
         sizing_mode="stretch_width")]
-    return pn.Column(*remote, question, pn.Row(method, adapter), source, corpus, url, button, status, feed,
+    return pn.Column(*remote, question, gold, pn.Row(method, adapter), source, corpus, url, button, status, feed,
                      sizing_mode="stretch_width")
