@@ -31,6 +31,9 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #define WB_AVX2 1
 #endif
+#if defined(WB_AVX2) && !defined(WB_INT4_512)
+#define WB_INT4_AVX2 1 /* int4 products through dot_int4_rows_avx2, which reads prepare()'s xf and xl */
+#endif
 
 enum { BLOCK = 32, INT4 = 0, INT8 = 1, NPROJ = 7, MAXROWS = 8 };
 /* Bytes ahead of the row being read that each product asks the cache for: one core's hardware prefetcher alone keeps
@@ -93,7 +96,7 @@ static inline float bf16_round(float x) {
 typedef struct {
     float *xr, *xs8;
     uint16_t *xb;
-    float *xf, *xl; /* AVX2: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8 vectors */
+    float *xf, *xl; /* WB_INT4_AVX2 only: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8 vectors */
 } wb_input;
 
 static void prepare(const float *x, int64_t k, const wb_input *in) {
@@ -114,14 +117,18 @@ static void prepare(const float *x, int64_t k, const wb_input *in) {
                     memcpy(&ub, &fb, 4);
                     o[half * 32 + 4 * k4 + e] = (uint16_t)(ua >> 16);
                     o[half * 32 + 4 * k4 + 2 + e] = (uint16_t)(ub >> 16);
+#if defined(WB_INT4_AVX2)
                     in->xf[p * 64 + half * 32 + 4 * k4 + e] = a[half * 16 + 2 * k4 + e];
                     in->xf[p * 64 + half * 32 + 4 * k4 + 2 + e] = b[half * 16 + 2 * k4 + e];
+#endif
                 }
+#if defined(WB_INT4_AVX2)
         for (int j = 0; j < 8; j++) { /* lane j of the pair's 8 vectors of 8: block a for j = 0, 1, 4, 5 */
             float t = 0.f;
             for (int v = 0; v < 8; v++) t += in->xf[p * 64 + v * 8 + j];
             in->xl[p * 8 + j] = t;
         }
+#endif
     }
 }
 
@@ -132,6 +139,9 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
 }
 
+#endif
+
+#if defined(WB_INT4_AVX2)
 /* One weight row of an int4 product against M inputs with AVX2: the pair's 64 levels widened once to 8 fp32 vectors
  * (q, not 128 + q: exact in fp32, as are their products with bf16-rounded inputs), then per input 8 multiply-adds
  * against xf and, per block, scale * sum(q x) + (zero - 8 scale) * sum(x) as two multiply-adds over the lanes (lanes
@@ -209,7 +219,7 @@ static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_
         }
     }
     for (int r = 0; r < rows; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
-#elif defined(WB_AVX2)
+#elif defined(WB_INT4_AVX2)
     for (int r = 0; r < rows; r++) dot_int4_rows_avx2(blk + r * row, in, 1, pairs, y + r, 1);
 #else
     for (int r = 0; r < rows; r++) {
@@ -294,7 +304,7 @@ static inline __attribute__((always_inline)) void dot_int4_rows(const uint8_t *b
         }
     }
     for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
-#elif defined(WB_AVX2)
+#elif defined(WB_INT4_AVX2)
     dot_int4_rows_avx2(blk, in, M, pairs, y, ystride);
 #else
     for (int r = 0; r < M; r++) dot_int4(blk, 0, 1, &in[r], pairs, y + r * ystride);
