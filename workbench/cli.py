@@ -179,9 +179,7 @@ def ask_command(args: argparse.Namespace) -> int:
         from workbench.eval.compare import judge
 
         v = judge(t.answer, args.answer)
-        matched = f", matched {v.matched!r}" if v.correct and v.matched else ""
-        print(f"verdict: {'correct' if v.correct else 'wrong'} (cover-EM {v.scores['cem']:g}, F1 {v.scores['f1']:.2f}; "
-              f"correct means {v.rule}{matched}; gold: {' | '.join(v.gold)})")
+        print(f"verdict: {'correct' if v.correct else 'wrong'} ({v.reason()})")
     print(run_dir_hint(done.run))
     return 0
 

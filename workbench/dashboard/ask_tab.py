@@ -133,8 +133,7 @@ def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
             if answers:
                 v = judge(t.answer, answers)
                 verdict = (f" · <b class='wb-ask-verdict' style='color:{'#1b7f3b' if v.correct else '#b00020'}'>"
-                           f"{'✔ correct' if v.correct else '✘ wrong'}</b> (cover-EM {v.scores['cem']:g}; correct "
-                           f"means {html.escape(v.rule)}; gold: {html.escape(' | '.join(v.gold))})")
+                           f"{'✔ correct' if v.correct else '✘ wrong'}</b> ({html.escape(v.reason())})")
             status.object = note(f"<b class='wb-ask-done'>Answer: {answer}</b>{verdict} · {done.seconds:.1f}s · saved as run "
                                  f"<code>{html.escape(done.run.path.name)}</code> (reload the page to open it in the "
                                  "Trajectories tab)")

@@ -84,6 +84,16 @@ class Verdict:
         """How ``correct`` was decided: "cover-EM = 1" or "F1 ≥ 0.5"."""
         return "cover-EM = 1" if self.metric == "cem" else f"{METRIC_NAMES[self.metric]} ≥ {self.threshold:g}"
 
+    def reason(self) -> str:
+        """The scores, the rule and the gold aliases in one line, the answer's score kept apart from the rule.
+
+        >>> judge("Ada Quist", ["A. Quist", "Ada Quist"]).reason()
+        "cover-EM 1, F1 1.00; correct means cover-EM = 1, matched 'Ada Quist'; gold: A. Quist | Ada Quist"
+        """
+        matched = f", matched {self.matched!r}" if self.correct and self.matched else ""
+        return (f"cover-EM {self.scores['cem']:g}, F1 {self.scores['f1']:.2f}; correct means {self.rule}{matched}; "
+                f"gold: {' | '.join(self.gold)}")
+
 
 def judge(prediction: Any, golds: Any, metric: str = "cem", threshold: float = 0.5) -> Verdict:
     """The prediction against its gold aliases: EM, cover-EM, F1 (maxed over aliases), the alias it matched best,
