@@ -167,7 +167,8 @@ def pair_table(frame: pd.DataFrame, left: str, right: str, metric: str = "cem", 
         g = part.groupby("question", sort=False)
         share = g["ok"].mean()  # NaN when no sample could be judged
         verdict = (share >= 0.5).astype(float).where(share.notna())
-        part["agrees"] = (part["ok"] == part["question"].map(verdict)) | part["question"].map(verdict).isna()
+        mine = part["question"].map(verdict)
+        part["agrees"] = (part["ok"] == mine) | mine.isna()
         shown = part.sort_values(["agrees"], ascending=False, kind="stable").drop_duplicates("question")
         out = shown.set_index("question")
         out["ok"], out["score"], out["f1n"], out["n"] = verdict, g["score"].mean(), g["f1n"].mean(), g.size()

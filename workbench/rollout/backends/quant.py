@@ -462,12 +462,11 @@ class QuantBackend(HFBackend):
         B, L = len(prompts), max(int(a.shape[1]) for _, (_, a, _, _) in parts)
         attn = torch.zeros((B, L), dtype=torch.long)
         pos = torch.zeros((B, 1), dtype=torch.long)
-        logits: list[Any] = [None] * B
+        logits = parts[0][1][3].new_empty((B, parts[0][1][3].shape[-1]))
         for rows, (_, a, last, lg) in parts:
             attn[rows, L - a.shape[1]:] = a.cpu()
             pos[rows] = last.cpu()
-            for j, i in enumerate(rows):
-                logits[i] = lg[j]
+            logits[rows] = lg
         layers = []
         for li in range(len(parts[0][1][0].layers)):
             ref = parts[0][1][0].layers[li].keys
@@ -479,7 +478,7 @@ class QuantBackend(HFBackend):
                 layer.keys = layer.values = None  # each call's copy goes as soon as it is laid in
             layers.append((k, v))
         past = DynamicCache(ddp_cache_data=layers, config=getattr(self.model, "config", None))
-        return past, attn.to(ref.device), pos.to(ref.device), torch.stack(logits)
+        return past, attn.to(ref.device), pos.to(ref.device), logits
 
     def _share_prefix(self, prompts: list[list[int]]) -> None:
         """Prefill the longest prefix that the batch's distinct new prompts share (and that no kept cache already
