@@ -5,10 +5,85 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+# --------------------------------------------------------------------------- flag values
+# argparse types: a bad value is argparse's error line naming the flag and the value (exit 2), before any work
+
+
+def _finite_float(text: str) -> float:
+    """A number flag's value; nan and the infinities are refused (no option reads them as "unbounded")."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    """A count's value: a whole number >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return v
+
+
+def _port(any_free: bool) -> Callable[[str], int]:
+    """A TCP port flag's type: 1..65535, and 0 (any free port) where the command can report the port it got."""
+    low, fix = (0, "use 1..65535, or 0 for any free port") if any_free else (1, "use 1..65535")
+
+    def port(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = -1
+        if not low <= v <= 65535:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: {fix}")
+        return v
+
+    return port
+
+
+def _out_dir(text: str) -> str:
+    """``--out``: a directory that exists or can be made, in a folder this user can write in. Checked as the flags
+    are read, so a bad one fails at once rather than after the work, whose results it would lose."""
+    try:
+        path = Path(text)
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a file, not a directory: give a directory (made if missing)")
+        there = path
+        while not there.exists() and there != there.parent:  # the nearest folder that exists
+            there = there.parent
+        if not there.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: {there} is a file, not a directory: give a directory (made "
+                                             "if missing)")
+        if not os.access(there, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{text}: {there} is not writable by this user: give a directory "
+                                             "you can write in")
+    except (OSError, ValueError) as e:  # a name the system refuses (too long, a NUL byte)
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return text
+
+
+def _check_values(p: argparse.ArgumentParser) -> None:
+    """The checks every command's flags share, whoever declared them: a float flag is finite, ``--out`` a directory
+    this user can write in. Ranges that depend on the flag (ports, counts) are in each flag's own type."""
+    for action in p._actions:
+        if action.type is float:
+            action.type = _finite_float
+        if action.dest == "out":
+            action.type = _out_dir
+
 
 # --------------------------------------------------------------------------- demo
 
@@ -19,15 +94,15 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     from workbench.demo import run_demo
 
     d = {k: v.default for k, v in inspect.signature(run_demo).parameters.items()}
-    p.add_argument("--limit", type=int, default=d["limit"], help="dev questions to evaluate (default: %(default)s)")
-    p.add_argument("--group-size", type=int, default=d["group_size"], help="samples per question and method (default: %(default)s)")
+    p.add_argument("--limit", type=_positive_int, default=d["limit"], help="dev questions to evaluate (default: %(default)s)")
+    p.add_argument("--group-size", type=_positive_int, default=d["group_size"], help="samples per question and method (default: %(default)s)")
     p.add_argument("--out", default=None, help="runs root directory (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.add_argument("--model", default="smollm2-135m", help="model alias, local path or cached HF id (default: %(default)s)")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=d["temperature"], help="0 = greedy (default: %(default)s)")
-    p.add_argument("--max-turns", type=int, default=d["max_turns"], help="policy turns per trajectory (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="tokens per turn (default: %(default)s)")
+    p.add_argument("--max-turns", type=_positive_int, default=d["max_turns"], help="policy turns per trajectory (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=d["max_new_tokens"], help="tokens per turn (default: %(default)s)")
     p.add_argument("--no-notebooks", action="store_true", help="skip executing the notebooks and writing the static dashboard into the run")
     p.add_argument("--rollout-engine", default=d["rollout_engine"], choices=("auto", "fp32", "int4"),
                    help="fp32: the exact HF backend; int4: int4 decode / bf16 prefill; auto: int4 on a CPU with native bf16 (default: %(default)s)")
@@ -219,8 +294,11 @@ def _train_args(p: argparse.ArgumentParser) -> None:
 
 
 def _json_arg(text: str):
+    def not_finite(name: str) -> None:  # NaN, Infinity: Python's json reads them; JSON has no such numbers
+        raise argparse.ArgumentTypeError(f"expected JSON with finite numbers, got {name} in {text!r}")
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=not_finite)
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"expected JSON (e.g. '{{\"key\": 1}}' or '[\"a\"]'), got {text!r}: {e}") from e
 
@@ -279,13 +357,13 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
                    "one search per annotated hop (MuSiQue's decomposition, 2Wiki's evidences)")
     p.add_argument("--split", default=None, help="world split (default: train); for a --dataset name, the split "
                    "whose file is looked up")
-    p.add_argument("--limit", type=int, default=None, help="first N questions of the split (default: all)")
+    p.add_argument("--limit", type=_positive_int, default=None, help="first N questions of the split (default: all)")
     p.add_argument("--hops", default=None, metavar="H[,H...]", help="only questions with these hop counts, e.g. 1,2")
     p.add_argument("--model", default="smollm2-135m", help="whose tokenizer encodes the traces (default: %(default)s)")
     p.add_argument("--protocol-kwargs", type=_json_arg, default=None, metavar="JSON",
                    help="protocol arguments over the method's training ones, e.g. '{\"observation_mode\": \"inline\"}'")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens per expert turn at most (default: %(default)s)")
-    p.add_argument("--max-total-tokens", type=int, default=4096, help="tokens per trajectory at most (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="tokens per expert turn at most (default: %(default)s)")
+    p.add_argument("--max-total-tokens", type=_positive_int, default=4096, help="tokens per trajectory at most (default: %(default)s)")
     p.add_argument("--outline", action="store_true", help="the expert writes its plan out first (how many searches, "
                    "which relations) and 'Step k of n' before each search, so that a policy can count on deep questions")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directories are created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
@@ -375,7 +453,8 @@ def _sft_args(p: argparse.ArgumentParser) -> None:
 def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = None,
                   flags: dict[str, dict[str, Any]] | None = None) -> None:
     """One flag per dataclass field (default: every field of ``cls``): ``--field-name``, its docstring as help, its type
-    from the annotation (``X | None`` -> X; lists, dicts and bools take JSON), default None (= the dataclass's own).
+    from the annotation (``X | None`` -> X, a float finite through :func:`_check_values`; lists, dicts and bools take
+    JSON), default None (= the dataclass's own).
     ``flags`` overrides argparse arguments per field (``"flags"``: the option strings)."""
     import dataclasses
     import types
@@ -487,7 +566,7 @@ def methods_command(args: argparse.Namespace) -> int:
 
 def _world_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="world config JSON (default: data/world.json)")
-    p.add_argument("--save", default=None, help="also write the world's files into this directory")
+    p.add_argument("--save", type=_out_dir, default=None, metavar="DIR", help="also write the world's files into this directory")
 
 
 def world(args: argparse.Namespace) -> int:
@@ -512,7 +591,7 @@ def world(args: argparse.Namespace) -> int:
 
 def _dashboard_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", default=None, help="runs root directory (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
-    p.add_argument("--port", type=int, default=5006, help="port (default: %(default)s; 0 = any free port)")
+    p.add_argument("--port", type=_port(any_free=True), default=5006, help="port (default: %(default)s; 0 = any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --host (the dashboard has no authentication: anyone who can reach it sees every run)")
@@ -527,6 +606,7 @@ def dashboard(args: argparse.Namespace) -> int:
         print("wrote", save_static(args.static, args.runs))
         return 0
     check_host(args.host, args.allow_remote)
+    _ic.check_listen(args.host, args.port)  # a port in use: said now, not after the server has loaded
     if args.allow_remote and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {args.host} without authentication (--allow-remote)", file=sys.stderr)
     serve_dashboard(args.runs, port=args.port, host=args.host, allow_remote=args.allow_remote)
@@ -537,7 +617,7 @@ def dashboard(args: argparse.Namespace) -> int:
 
 
 def _lab_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=8888, help="port (default: %(default)s)")
+    p.add_argument("--port", type=_port(any_free=False), default=8888, help="port (default: %(default)s)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (print the URL only)")
     p.epilog = ("Any other flag goes to Jupyter as is, e.g. `workbench lab --ServerApp.open_browser=False`. "
                 "Opens at the project root, so notebooks/ and the executed notebooks under runs/ are both reachable.")
@@ -578,8 +658,12 @@ def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = N
 def lab(args: argparse.Namespace) -> int:
     import secrets
 
+    extra = getattr(args, "extra", [])
+    if not any(flag.startswith(("--ServerApp.port", "--ServerApp.ip", "--ip")) for flag in extra):
+        # Jupyter would move on to a free port, and the URL printed below would name the wrong server
+        _ic.check_listen("127.0.0.1", args.port, fix="pick another --port, or stop the server using this one")
     token = secrets.token_hex(24)
-    cmd = lab_command(args.port, args.no_browser, token=token, extra=getattr(args, "extra", []))
+    cmd = lab_command(args.port, args.no_browser, token=token, extra=extra)
     print(f"JupyterLab: http://127.0.0.1:{args.port}/lab?token={token}\n"
           "  (kernel 'workbench'; notebooks/ holds the notebooks, runs/<id>/notebooks/ the executed ones)", flush=True)
     return _run_until_stopped(cmd)
@@ -623,8 +707,8 @@ def _regress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--notebooks", default=None, help="notebooks folder (default: the suite YAML's folder)")
     p.add_argument("--baselines", default=None, help="baselines folder (default: baselines/ beside the suite YAML)")
     p.add_argument("--cases", default=None, help="comma-separated case names (default: all; cases they use are added)")
-    p.add_argument("--jobs", type=int, default=None, help="notebooks executed at once (default: min(2, CPU count))")
-    p.add_argument("--cell-timeout", type=int, default=600, help="seconds per notebook cell (default: %(default)s)")
+    p.add_argument("--jobs", type=_positive_int, default=None, help="notebooks executed at once (default: min(2, CPU count))")
+    p.add_argument("--cell-timeout", type=_positive_int, default=600, help="seconds per notebook cell (default: %(default)s)")
     p.add_argument("--kernel", default="workbench", help="Jupyter kernel (default: %(default)s)")
     p.add_argument("--out", default=None, help="output folder (default: runs/regress-<timestamp>/)")
     p.add_argument("--update-baselines", action="store_true",
@@ -718,6 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (add_args, _, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
         add_args(sp)
+        _check_values(sp)
     return parser
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 
 from workbench.tools.dense import POOLING
 from workbench.tools.remote import API_KEY_ENV
@@ -88,10 +89,10 @@ def check_serve_args(args: argparse.Namespace, env: dict[str, str] | None = None
     for flag, v in (("--limit", args.limit), ("--shard-size", args.shard_size)):
         if v is not None and v < 1:
             raise ValueError(f"{flag} {v}: must be >= 1")
-    for flag, v in (("--read-timeout", args.read_timeout), ("--idle-timeout", args.idle_timeout),
-                    ("--max-response-mb", args.max_response_mb)):
-        if not v > 0:
-            raise ValueError(f"{flag} {v:g}: must be > 0")
+    for flag, v, unit in (("--read-timeout", args.read_timeout, 1), ("--idle-timeout", args.idle_timeout, 1),
+                          ("--max-response-mb", args.max_response_mb, 2**20)):
+        if not (v > 0 and math.isfinite(v * unit)):  # the size is used in bytes
+            raise ValueError(f"{flag} {v:g}: must be > 0 and finite{' in bytes' if unit > 1 else ''}")
     key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV) or None
     if key is not None and (not key.strip() or any(c.isspace() or not c.isprintable() for c in key)):
         raise ValueError(f"the API key (--api-key or ${API_KEY_ENV}) must be printable with no spaces, e.g. "
@@ -107,10 +108,22 @@ def check_serve_args(args: argparse.Namespace, env: dict[str, str] | None = None
     return key
 
 
+def check_listen(host: str, port: int, fix: str = "pick another --port (0 = any free port) or --host") -> None:
+    """Bind ``(host, port)`` and let go at once, so that a port in use (or a host that is no address of this machine)
+    is a one-line ValueError naming the address and ``fix`` before a server spends minutes loading."""
+    from workbench.http_stack import bind_socket
+
+    try:
+        bind_socket(host, port).close()
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host}:{port} ({e.strerror or e}): {fix}") from None
+
+
 def serve_retrieval(args: argparse.Namespace) -> int:
     from workbench.integrations.retrieval_server import create_app, load_service, serve_forever
 
     key = check_serve_args(args)
+    check_listen(args.host, args.port)
     log = logging.getLogger(__name__)
     encoder = args.encoder
     if args.query_prefix is not None or args.pooling is not None:
@@ -162,6 +175,8 @@ def export_args(p: argparse.ArgumentParser) -> None:
 def export_command(args: argparse.Namespace) -> int:
     from workbench.integrations.verl.export import export_verl
 
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit {args.limit}: must be >= 1 (the first N questions per file; default: all)")
     out = export_verl(args.method, args.dataset, args.out, split=args.split, val_dataset=args.val_dataset,
                       limit=args.limit, corpus=args.corpus, model=args.model, retrieval_url=args.retrieval_url)
     for name, path in out.items():
