@@ -2,7 +2,12 @@
 
 - script planted in every field a run can carry (folder name, method, question, answer, config values, failure
   text) never runs, in the static export or the served page (headless Chromium);
-- a run killed before its completion marker is listed as incomplete and never taken as the newest run;
+- a run killed before its completion marker is listed as incomplete and never taken as the newest run; on this host
+  a run whose writer's process is gone is "killed", marked in every view that names it, left out of means over runs
+  and not opened by default (a run written on another host is never judged by its pid);
+- the served page answers its own pages only: another site's ``Origin`` (or, on loopback, another ``Host``: DNS
+  rebinding) gets 403 for the page and the websocket, on 127.0.0.1 and on ::1;
+- the static export is one self-contained file; a folder is refused before anything is built or written;
 - a file that does not read spoils only its own run: the sections leave that run out and say so, the runs table
   names the file, and the static export exits non-zero only when a whole section could not be built;
 - a folder name with path separators is its own run id, a symlinked run outside the root is named as such, and a
@@ -11,14 +16,20 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.test_dashboard import CHROMIUM, CHROMIUM_ARGS, EX_A, _eval_run, _free_port
+from widgets.figures import PLOTLY_JS
 from workbench import cli
 from workbench.dashboard import app as dash
 from workbench.dashboard import failures as fq
@@ -127,6 +138,12 @@ def test_no_script_runs_in_the_served_dashboard(evil_root):
 # --------------------------------------------------------------------------- complete and incomplete runs
 
 
+def _kill(run: Run) -> None:
+    """Leave ``run`` as a killed writer leaves it: the running marker written by a process that has exited since."""
+    subprocess.run([sys.executable, "-c", "import sys; from workbench.runs import Run; Run(sys.argv[1]).mark_running()",
+                    str(run.path)], check=True, timeout=120)
+
+
 @pytest.fixture()
 def killed_root(tmp_path, tokenizer) -> Path:
     """GOOD: a finished eval. KILLED (newer): an eval killed after metrics.json, before features.parquet."""
@@ -134,7 +151,7 @@ def killed_root(tmp_path, tokenizer) -> Path:
     _eval_run(root, GOOD, tokenizer, EX_A, {"direct": ["<answer> Ada Quist </answer>"]}, "world")
     killed = _eval_run(root, KILLED, tokenizer, EX_A, {"direct": ["<answer> Ada Quist </answer>"]}, "world")
     (killed.path / "features.parquet").unlink()
-    killed.mark_running()  # what a killed writer leaves: the marker Run.create wrote, never replaced
+    _kill(killed)
     return root
 
 
@@ -168,6 +185,58 @@ def test_runs_from_before_the_marker_count_by_their_files(killed_root):
     assert "unreadable" in run_status(killed_root / KILLED).note
     with pytest.raises(FileNotFoundError, match="no complete run"):
         newest_run(killed_root / "empty")
+
+
+def test_a_killed_run_is_marked_everywhere_and_never_picked(tmp_path, tokenizer):
+    """KILLED is newer than GOOD and its writer's process is gone: every view marks it, no mean over runs holds it,
+    and the Question-by-question tab opens on GOOD."""
+    from workbench.dashboard import compare_tab as ct
+
+    root = tmp_path / "runs"
+    _eval_run(root, GOOD, tokenizer, EX_A, {"direct": ["<answer> Ada Quist </answer>"],
+                                            "search_r1": ["<answer> Ada Quist </answer>"]}, "world")
+    killed = _eval_run(root, KILLED, tokenizer, EX_A, {"direct": ["<answer> nobody </answer>"],
+                                                        "search_r1": ["<answer> nobody </answer>"]}, "world")
+    _kill(killed)
+    status = run_status(killed.path)
+    assert status.state == "killed" and not status.complete and "is gone" in status.note
+    assert run_status(root / GOOD).state == "complete"
+    assert q.runs_table(root).set_index("run_id").loc[KILLED, "status"].startswith("incomplete (killed: ")
+
+    m = q.method_metrics(root)
+    assert dict(zip(m["run_id"], m["status"])) == {GOOD: "complete", KILLED: "killed"}
+    assert ct.default_pair(ct.source_options(m), ct.unfinished_runs(m)) == ((GOOD, "direct"), (GOOD, "search_r1"))
+    by_run = dash.compare_figure(m, ["f1"])
+    assert {x for t in by_run.data for x in t.x} == {GOOD, f"{KILLED} (killed)"}
+    by_dataset = dash.compare_figure(m, ["f1"], by="dataset")  # GOOD's means alone (KILLED scored 0)
+    assert [list(t.y) for t in by_dataset.data] == [[0.5], [0.5]]
+    assert "1 unfinished left out" in by_dataset.layout.title.text
+
+    page = dash.build_app(root)
+    text = " ".join(str(getattr(o, "object", "")) for o in page.select())
+    assert f"{KILLED} (killed)" in text  # the Compare tab's note
+    import panel as pn
+
+    pickers = {w.label: w for w in page.select(pn.widgets.Select)}
+    assert pickers["left"].value == f"{GOOD} · direct" and f"{KILLED} (killed) · direct" in pickers["left"].options
+    assert pickers["run"].value == GOOD and pickers["run"].labels == [GOOD, f"{KILLED} (killed)"]
+    assert f"{KILLED}" not in ct.static_compare_html(root, m).split("</p>")[0]  # the static page's pick
+
+
+def test_a_run_is_judged_by_its_process_on_its_own_host_only(killed_root):
+    marker = killed_root / KILLED / STATUS
+    Run(killed_root / KILLED).mark_running()  # this process: alive
+    assert run_status(killed_root / KILLED).state == "running"
+    written = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**written, "host": "elsewhere", "pid": 2**22 + 7}))  # no such pid here
+    status = run_status(killed_root / KILLED)
+    assert status.state == "incomplete" and "on elsewhere, or killed" in status.note
+    marker.write_text(json.dumps({k: v for k, v in written.items() if k != "host"}))  # a marker naming no host
+    assert run_status(killed_root / KILLED).state == "incomplete"
+    marker.write_text(json.dumps({**written, "pid": 0}))  # never signals a process group
+    assert run_status(killed_root / KILLED).state == "incomplete"
+    marker.write_text(json.dumps({**written, "pid_start": "1"}))  # this pid, but a later process than the writer
+    assert run_status(killed_root / KILLED).state == "killed"
 
 
 def test_writers_mark_runs_complete_last(killed_root):
@@ -240,6 +309,127 @@ def test_the_static_export_exits_non_zero_when_a_section_fails(bad_root, tmp_pat
     assert cli.main(["dashboard", "--runs", str(bad_root), "--static", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "breakdowns: RuntimeError: simulated" in err and "\n" not in err and out.exists()
+
+
+def test_the_static_export_is_one_file_and_refuses_a_folder(killed_root, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / PLOTLY_JS
+    theirs.write_text("// another plotly.min.js", encoding="utf-8")
+
+    def no_build(*a, **k):
+        raise AssertionError("built a page for a path it must refuse")
+
+    monkeypatch.setattr(dash, "build_app", no_build)
+    for bad, why in ((out, "is a folder"), (f"{out}/", "is a folder"), (tmp_path / "missing" / "d.html", "does not exist")):
+        with pytest.raises(ValueError, match=why) as e:
+            dash.save_static(bad, killed_root)
+        assert str(bad).rstrip("/") in str(e.value) and "dashboard.html" in str(e.value)
+    assert cli.main(["dashboard", "--runs", str(killed_root), "--static", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"give a file name such as {out / 'dashboard.html'}" in err
+    assert not list(tmp_path.glob(PLOTLY_JS)) and not (tmp_path / "missing").exists()
+    monkeypatch.undo()
+
+    page = dash.save_static(out / "dash.html", killed_root)
+    assert sorted(p.name for p in out.iterdir()) == ["dash.html", PLOTLY_JS]  # nothing else written
+    assert theirs.read_text(encoding="utf-8") == "// another plotly.min.js"  # and theirs untouched
+    text = page.read_text(encoding="utf-8")
+    assert text.count("* plotly.js v") == 1 and f'src="{PLOTLY_JS}"' not in text  # plotly.js inlined, once
+    # the opt-in (the demo's run page) loads a shared plotly.min.js only where it is the installed plotly's
+    assert dash._share_plotlyjs(text, out / "dash.html") == text
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shared = dash._share_plotlyjs(text, mine / "dash.html")
+    assert "* plotly.js v" not in shared and f'src="{PLOTLY_JS}"' in shared and (mine / PLOTLY_JS).is_file()
+
+
+# --------------------------------------------------------------------------- served to this machine's pages only
+
+
+def _serve(host: str, root: Path):
+    """The dashboard over ``root`` served on ``host`` (a free port), once it answers; skips without that loopback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip(f"no {host} loopback here")
+    server = dash.serve_dashboard(root, port=port, host=host, threaded=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+            return server, port
+        except OSError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise
+            time.sleep(0.2)
+
+
+def _get(host: str, port: int, headers: dict[str, str], path: str = "/") -> int:
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    try:
+        conn.request("GET", path, headers=headers)
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def _websocket(host: str, port: int, origin: str) -> str:
+    """The status line of a websocket handshake to the page's session, with a session token made up by the client."""
+    from bokeh.util.token import generate_jwt_token, generate_session_id
+
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    token = generate_jwt_token(generate_session_id())
+    with socket.create_connection((host, port), timeout=60) as s:
+        s.sendall((f"GET /ws HTTP/1.1\r\nHost: {netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Sec-WebSocket-Protocol: bokeh, {token}\r\nOrigin: {origin}\r\n\r\n").encode())
+        return s.recv(4096).split(b"\r\n")[0].decode()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_served_dashboard_answers_its_own_pages_only(host, tmp_path):
+    server, port = _serve(host, tmp_path)
+    own = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    try:
+        assert _get(host, port, {"Origin": "http://evil.example"}) == 403
+        assert _get(host, port, {"Origin": f"http://evil.example:{port}"}) == 403
+        assert _get(host, port, {"Host": f"evil.example:{port}"}) == 403  # DNS rebinding: same-origin, no Origin sent
+        assert _websocket(host, port, "http://evil.example").split()[1] == "403"
+        assert _websocket(host, port, "null").split()[1] == "403"
+        assert _get(host, port, {"Origin": own}) == 200
+        assert _get(host, port, {"Origin": f"http://localhost:{port}", "Host": f"localhost:{port}"}) == 200
+        assert _websocket(host, port, own).split()[1] == "101"
+        # Panel imports the module a component-resource URL names: one that is not loaded is a 404 (was a 500)
+        for path in ("/components/..%2f..", "/components/..%2f..%2fetc%2fpasswd/x/y", "/components/antigravity/a/b"):
+            assert _get(host, port, {}, path) == 404, path
+    finally:
+        server.stop()
+
+
+def test_origins_of_a_remote_bind():
+    """--allow-remote: the bound address and this machine's name on the served port, and the origins added."""
+    from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
+
+    from workbench.dashboard.origins import ForeignRequest
+
+    def refused(matcher, **headers):
+        request = HTTPServerRequest(start_line=RequestStartLine("GET", "/", "HTTP/1.1"),
+                                    headers=HTTPHeaders({"Host": "dash.lan:5006", **headers}))
+        return matcher.match(request) is not None
+
+    lan = ForeignRequest("192.168.1.5", 5006, ["https://dash.example.org"])
+    assert not refused(lan, Origin="http://192.168.1.5:5006") and not refused(lan, Host="anything:5006")
+    assert not refused(lan, Origin=f"http://{socket.gethostname()}:5006") and not refused(lan, Origin="https://dash.example.org")
+    assert refused(lan, Origin="http://192.168.1.5:5007") and refused(lan, Origin="http://evil.example:5006")
+    everywhere = ForeignRequest("::", 5006)
+    assert not refused(everywhere, Origin="http://[::1]:5006") and refused(everywhere, Origin="http://evil.example:5006")
+    with pytest.raises(ValueError, match="not an origin"):
+        ForeignRequest("127.0.0.1", 5006, ["http://a:b"])
 
 
 # --------------------------------------------------------------------------- names and odd files

@@ -180,7 +180,8 @@ def run_demo(
         t0 = time.perf_counter()
         _say("[3/3] writing the static dashboard")
         try:
-            save_static(run.path / "dashboard.html", run.path.parent)
+            # the run's figures already share one plotly.min.js: the page loads it rather than a second copy
+            save_static(run.path / "dashboard.html", run.path.parent, share_plotlyjs=True)
             _say(f"      -> {run.path / 'dashboard.html'} (over {run.path.parent}; opens offline)")
         except Exception as e:  # noqa: BLE001 - the run is already written; report and go on
             nb_status["dashboard.html"] = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500]}

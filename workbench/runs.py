@@ -7,9 +7,11 @@ finished: ``status.json`` says ``{"state": "running", ...}`` from :meth:`Run.cre
 replaced (atomically, last) by ``{"state": "complete", "kind", "finished"}`` by
 :meth:`Run.mark_complete` (as Inspect marks a log complete only when it is closed). A run killed
 half-way keeps ``running``; :attr:`Run.status` says so, and :func:`list_runs` puts complete runs
-first, so ``list_runs()[0]`` is the newest complete run. Runs written before the marker existed
-have no ``status.json``: they count as complete when they hold their kind's files
-(``LEGACY_FILES``), and the note says the marker is missing.
+first, so ``list_runs()[0]`` is the newest complete run. The ``running`` marker names its writer (pid, host
+and, on Linux, the process's start time), so a reader on the same host tells a run still being written
+(state ``running``) from one whose writer is gone (``killed``); a run written on another host stays
+"still running, or killed". Runs written before the marker existed have no ``status.json``: they count
+as complete when they hold their kind's files (``LEGACY_FILES``), and the note says the marker is missing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,7 @@ CONFIG, TRAJECTORIES, METRICS, EXAMPLES, STEP_METRICS, STATUS = (
     "metrics.jsonl",
     "status.json",
 )
-RUNNING, COMPLETE = "running", "complete"
+RUNNING, COMPLETE, KILLED, INCOMPLETE = "running", "complete", "killed", "incomplete"
 #: Files a run from before ``status.json`` must hold to count as complete, by kind (other kinds: none).
 LEGACY_FILES = {"eval": (TRAJECTORIES, METRICS), "expert": (TRAJECTORIES, METRICS), "train": (METRICS,),
                 "sft": (METRICS,)}
@@ -49,6 +52,14 @@ class RunStatus:
     complete: bool
     note: str = ""
     """"" for a run with a completion marker; else one line for the dashboard and error messages."""
+    state: str = ""
+    """``complete``; ``running`` (its writer's process is alive on this host); ``killed`` (its writer's process on
+    this host is gone and the run unfinished); or ``incomplete`` (unfinished, and whether its writer lives cannot be
+    told: another host, no process recorded, a damaged marker). Left empty: ``complete`` or ``incomplete``."""
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            object.__setattr__(self, "state", COMPLETE if self.complete else INCOMPLETE)
 
     def __str__(self) -> str:
         return ("complete" if self.complete else "incomplete") + (f" ({self.note})" if self.note else "")
@@ -101,7 +112,10 @@ class Run:
     # ------------------------------------------------------------------ completion
     def mark_running(self) -> Path:
         """Say the run is being written (by :meth:`create`, and by a trainer that resumes it)."""
-        return atomic_write_json(self.path / STATUS, {"state": RUNNING, "started": _now(), "pid": os.getpid()})
+        pid = os.getpid()
+        writer = {"pid": pid, "host": socket.gethostname(), "pid_start": _process_start(pid)}
+        return atomic_write_json(self.path / STATUS, {"state": RUNNING, "started": _now(),
+                                                      **{k: v for k, v in writer.items() if v is not None}})
 
     def mark_complete(self, **info: Any) -> Path:
         """Say the run is complete: call it last, after every other file of the run is written."""
@@ -208,8 +222,53 @@ def run_status(path: str | os.PathLike) -> RunStatus:
     if status.get("state") == COMPLETE:
         return RunStatus(True)
     started = status.get("started")
-    return RunStatus(False, f"started {started} and never marked complete: still running, or killed"
-                     if started else f"{STATUS} says {str(status.get('state'))[:40]!r}")
+    if not started:
+        return RunStatus(False, f"{STATUS} says {str(status.get('state'))[:40]!r}")
+    pid, host, here = status.get("pid"), str(status.get("host") or "")[:80], socket.gethostname()
+    since = f"started {started} and never marked complete"
+    if status.get("state") == RUNNING and host == here:  # a pid names a process on its own host only
+        alive = process_alive(pid, status.get("pid_start"))
+        if alive is True:
+            return RunStatus(False, f"running: its process {pid} is alive; {since} yet", RUNNING)
+        if alive is False:
+            return RunStatus(False, f"killed: its process {pid} is gone; {since}", KILLED)
+    where = f" on {host}" if host and host != here else ""
+    return RunStatus(False, f"{since}: still running{where}, or killed")
+
+
+def _process_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (its state first); None without such an entry (the
+    process is gone, or the system has no ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()  # the name, in parentheses, may hold spaces and parentheses
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot; None without ``/proc``): with its pid it names one
+    process, not a later one given the same pid."""
+    fields = _process_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def process_alive(pid: Any, start: Any = None) -> bool | None:
+    """Whether process ``pid`` of this host, started at ``start`` (as :meth:`Run.mark_running` records it), still
+    runs: False once it exited (a zombie included) or its pid went to a later process; None where this cannot be
+    told (not a positive pid, or not a POSIX system)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or os.name != "posix":
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        pass  # it exists, as another user's process
+    fields = _process_stat(pid)
+    if fields is None:  # no /proc: the signal's answer is all there is
+        return True
+    return fields[0] != "Z" and (start is None or len(fields) <= 19 or fields[19] == str(start))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -4,7 +4,8 @@ per-hop and per-protocol breakdowns, and a drill-down into one run's trajectorie
 drill-down (``failures.py``); column headers show what each column means (``tooltips.py``).
 
 ``build_app(runs_dir)`` returns the page (tests serve it); ``serve_dashboard`` serves it on
-127.0.0.1 (another address only with ``allow_remote=True``); ``save_static`` writes one
+127.0.0.1 (another address only with ``allow_remote=True``), answering its own pages only (``origins.py``: a
+request with another site's ``Origin``, or on loopback another ``Host``, gets 403); ``save_static`` writes one
 self-contained HTML file that opens offline. All data comes from ``queries.py``; a section
 whose query fails shows the error text instead of taking the page down, and a run whose files do
 not read is left out of a section with a note naming it (never the section blanked for all runs).
@@ -22,13 +23,13 @@ import datetime as _dt
 import html
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from workbench.dashboard import compare_tab
+from workbench.dashboard import compare_tab, origins
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
 from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
@@ -36,6 +37,7 @@ from workbench.dashboard.figures import (  # noqa: F401 - the figures are part o
     curves_figure,
     hops_figure,
     protocol_figure,
+    run_label,
     with_metric_menu,
 )
 from workbench.dashboard.tooltips import column_tooltips
@@ -149,8 +151,10 @@ def _red_if(v: Any) -> str:
     return "color:#b00020;font-weight:bold" if isinstance(v, str) and v or not isinstance(v, str) and pd.notna(v) and v else ""
 
 
-def _amber_if_incomplete(v: Any) -> str:
-    return "color:#8a5a00;font-weight:bold" if isinstance(v, str) and v.startswith("incomplete") else ""
+def _amber_unless_complete(v: Any) -> str:
+    """Amber for a run that did not finish: a ``status`` cell of the runs table ("incomplete (...)") or of a per-run
+    frame ("killed", "running", "incomplete")."""
+    return "color:#8a5a00;font-weight:bold" if isinstance(v, str) and v and not v.startswith("complete") else ""
 
 
 def _runs_section(runs: pd.DataFrame):
@@ -169,7 +173,7 @@ def _runs_section(runs: pd.DataFrame):
     table = _table(runs, selectable=1, widths={c: f"{share.get(c, 4)}%" for c in runs.columns},
                    formatters={"error": {"type": "textarea"}}, **size)
     table.style.map(_red_if, subset=["error", *(["failed"] if "failed" in runs else [])])
-    table.style.map(_amber_if_incomplete, subset=["status"])
+    table.style.map(_amber_unless_complete, subset=["status"])
     note = f" · **{n_err} with errors** (see the `error` column)" if n_err else ""
     if n_incomplete:
         note += (f" · **{n_incomplete} incomplete** (killed or still running: no completion marker; see the `status` "
@@ -191,9 +195,21 @@ def _compare_section(runs_dir: Path):
         return pn.Column(*_left_out(df), pn.pane.Alert("No trajectories to compare yet.", alert_type="info"),
                          sizing_mode="stretch_width")
     metrics = [m for m in COMPARE_METRICS if df[m].notna().any()]
-    return pn.Column(*_left_out(df), _plot(compare_figure(df, metrics)),
-                     _plot(compare_figure(df, metrics, by="dataset")), _table(df, means=True),
-                     sizing_mode="stretch_width")
+    table = _table(df, means=True)
+    table.style.map(_amber_unless_complete, subset=["status"])
+    return pn.Column(*_left_out(df), *_unfinished_note(df), _plot(compare_figure(df, metrics)),
+                     _plot(compare_figure(df, metrics, by="dataset")), table, sizing_mode="stretch_width")
+
+
+def _unfinished_note(df: pd.DataFrame) -> list[Any]:
+    """A note naming the runs of a per-run frame that have not finished (killed, still running): marked, and left out
+    of the means over runs."""
+    unfinished = df.loc[df["status"] != "complete", ["run_id", "status"]].drop_duplicates()
+    if unfinished.empty:
+        return []
+    names = ", ".join(f"<code>{html.escape(run_label(r, s))}</code>" for r, s in zip(unfinished["run_id"], unfinished["status"]))
+    return [_box(f"{len(unfinished)} run(s) not finished (no completion marker): {names}. Their bars are marked, and "
+                 "the means over runs leave them out.", "warning")]
 
 
 def _training_section(runs_dir: Path):
@@ -276,7 +292,9 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
     pn = _pn()
     if not run_ids:
         return None, pn.pane.Alert("No readable trajectories.", alert_type="info")
-    run_select = pn.widgets.Select(label="run", options=run_ids, value=run_ids[0], width=420)
+    states = q.run_states(runs_dir)
+    options = {run_label(r, states.get(r, "complete")): r for r in run_ids}  # an unfinished run marked
+    run_select = pn.widgets.Select(label="run", options=options, value=run_ids[0], width=420)
     hint = "<i>Select a trajectory (a row) to see its transcript.</i>"
     # above the table, in a box of its own height: a click never moves the table
     transcript = pn.pane.HTML(hint, sizing_mode="stretch_width", height=compare_tab.VIEW_HEIGHT,
@@ -341,9 +359,11 @@ def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):
                          sizing_mode="stretch_width")
 
     # a card that cannot be built shows its error in place: the other runs' cards are unaffected
-    # an Accordion title is HTML: the run's name escaped
-    cards = [pn.Column(_safe(f"trajectories of {r}", lambda r=r: card(r)), name=html.escape(r),
-                       sizing_mode="stretch_width") for r in run_ids[:STATIC_RUNS]]
+    # an Accordion title is HTML: the run's name escaped, an unfinished run marked
+    states = q.run_states(runs_dir)
+    cards = [pn.Column(_safe(f"trajectories of {r}", lambda r=r: card(r)),
+                       name=html.escape(run_label(r, states.get(r, "complete"))), sizing_mode="stretch_width")
+             for r in run_ids[:STATIC_RUNS]]
     acc = pn.Accordion(*cards, active=[0], sizing_mode="stretch_width")
     note = f"Showing the newest {STATIC_RUNS} of {len(run_ids)} runs." if len(run_ids) > STATIC_RUNS else ""
     return pn.Column(pn.pane.Markdown(note), acc, sizing_mode="stretch_width") if note else acc
@@ -414,7 +434,7 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
     runs_table, runs_view = _runs_section(runs)
     if run_select is not None:
         def pick(event: Any) -> None:  # selecting a run in the runs table opens it in the drill-down
-            if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.options:
+            if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.values:
                 run_select.value = runs.iloc[event.new[0]]["run_id"]
 
         runs_table.param.watch(pick, "selection")
@@ -452,39 +472,61 @@ def check_host(host: str, allow_remote: bool) -> None:
 def serve_dashboard(
     runs_dir: str | os.PathLike | None = None, port: int = 5006, host: str = "127.0.0.1",
     allow_remote: bool = False, threaded: bool = False, show: bool = False, asker: Any = None,
+    allowed_origins: Sequence[str] = (),
 ):
     """Serve the dashboard at ``http://host:port/``. Blocks unless ``threaded`` (then returns a thread with
     ``.stop()``). Each browser session builds a fresh page, so reloading picks up new runs. The Ask tab's questions
     of every session go to ``asker`` (default: one :class:`~workbench.eval.ask.Asker` for this server, loading the model
-    at the first question); on a non-loopback ``host`` it offers the world only."""
-    import panel as pn
+    at the first question); on a non-loopback ``host`` it offers the world only.
+
+    Only the dashboard's own pages are answered, on every bind (``origins.py``): a request whose ``Origin`` is another
+    site (or, on loopback, whose ``Host`` is another name) gets 403. ``allowed_origins`` adds origins to accept, such
+    as a reverse proxy's (``https://dash.example.org``, ``name:port``)."""
+    import uuid
 
     from workbench.eval.ask import Asker
 
     check_host(host, allow_remote)
     asker = asker if asker is not None else Asker()
     ask_paths = is_loopback(host)
-    if port == 0:  # pick the port now: the allowed websocket origins must name it
+    if port == 0:  # pick the port now: the allowed origins must name it
         import socket
 
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
             s.bind((host, 0))
             port = s.getsockname()[1]
+    guard = origins.ForeignRequest(host, port, allowed_origins)
     ipv6 = ":" in host
     netloc = f"[{host}]" if ipv6 else host
-    # bokeh's origin whitelist cannot parse a bracketed IPv6 origin ("[::1]:port" is an "invalid host"), so
-    # on IPv6 the whitelist is open; the socket is still bound to the address given (loopback unless
-    # --allow-remote), so only this machine can connect
-    origins = ["*"] if allow_remote or ipv6 else [f"{netloc}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
-    kw = dict(port=port, address=host, websocket_origin=origins, show=show, title="workbench dashboard", verbose=False)
+    # bokeh's origin allowlist cannot hold a bracketed IPv6 origin ("[::1]:port" is an "invalid host"): it is left
+    # open, and `guard`, first in the server's routing, decides for every request on every bind
+    kw = dict(port=port, address=host, websocket_origin=["*"], show=show, title="workbench dashboard", verbose=False)
     if ipv6:  # panel's Location parses the Host header as "name:port", which "[::1]:port" breaks; the app uses no URL state
         kw["location"] = False
     page = lambda: build_app(runs_dir, asker=asker, ask_paths=ask_paths)  # noqa: E731
-    if threaded:
-        return pn.serve(page, threaded=True, **kw)
-    server = pn.serve(page, start=False, **kw)
+    if threaded:  # as panel's own threaded serve, but the guard goes in before the loop accepts a connection
+        from panel.io.threads import StoppableThread
+        from tornado.ioloop import IOLoop
+
+        loop = IOLoop(make_current=False)
+        thread = StoppableThread(target=_serve, io_loop=loop, owns_loop=True, args=(page, guard),
+                                 kwargs={**kw, "loop": loop, "server_id": uuid.uuid4().hex})  # .stop() finds it by id
+        thread.start()
+        return thread
+    return _serve(page, guard, announce=f"workbench dashboard: http://{netloc}:{port}/  (Ctrl-C to stop)", **kw)
+
+
+def _serve(page: Callable[[], Any], guard: origins.ForeignRequest, announce: str | None = None, **kw: Any):
+    """Build the server of ``page`` (``panel.serve``), put ``guard`` first in its routing, then serve in this thread
+    until stopped: nothing is accepted before the guard is in place."""
+    import panel as pn
+
+    with origins.bokeh_wildcard_quiet():
+        server = pn.serve(page, start=False, **kw)
+    origins.refuse_foreign(server._tornado, guard)  # bokeh's Server names no public accessor of its tornado app
     server.start()
-    print(f"workbench dashboard: http://{netloc}:{port}/  (Ctrl-C to stop)", flush=True)
+    if announce:
+        print(announce, flush=True)
     try:
         server.io_loop.start()
     except KeyboardInterrupt:
@@ -492,8 +534,8 @@ def serve_dashboard(
     return server
 
 
-def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = None, share_plotlyjs: bool = True) -> Path:
-    """Write the dashboard as an HTML file that opens offline.
+def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = None, share_plotlyjs: bool = False) -> Path:
+    """Write the dashboard as one self-contained HTML file at ``path`` that opens offline, and nothing else.
 
     The metric selectors are plotly dropdowns, so they work without a server. A section that could not be
     built shows its error in the page, and :class:`StaticExportError` (a ValueError: the CLI's one-line error,
@@ -501,27 +543,30 @@ def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = No
     ``save(..., resources=INLINE)`` inlines the JavaScript, but its stylesheets (and favicon)
     stay links to cdn.holoviz.org (https://github.com/holoviz/panel/issues/6759):
     :func:`inline_cdn_links` turns those into ``data:`` URLs read from Panel's own ``dist/``.
-    With ``share_plotlyjs`` the 4.8 MB plotly.js is not inlined but loaded from the ``plotly.min.js``
-    that the run's saved figures share (``widgets.figures.asset_dir``: the run directory above
-    ``path``, else its folder), so keep the two files together; without it the page is one file.
+    ``path`` names a file in an existing folder: a folder, a path in a folder that does not exist, or something
+    that is not a file is refused (ValueError) before anything is built or written.
+
+    ``share_plotlyjs`` (opt-in, for a page inside a run directory whose saved figures already share one
+    ``plotly.min.js``: the demo's ``<run>/dashboard.html``): the 4.8 MB plotly.js is loaded from that shared file
+    (``widgets.figures.asset_dir``: the run directory above ``path``, else its folder; written there if missing)
+    instead of inlined, so keep the files together. A ``plotly.min.js`` there that is not the installed plotly's is
+    never overwritten: the page then inlines its own copy.
     """
     from bokeh.resources import INLINE
 
-    from widgets.figures import externalize_plotlyjs
     from workbench.io import atomic_write_text
 
-    path = Path(path)
+    path = _static_target(path)
     if runs_dir is not None and not Path(runs_dir).is_dir():
         raise FileNotFoundError(f"--runs {runs_dir}: no such folder; pass the runs root (the folder that holds the "
                                 "run directories, default runs/)")
-    path.parent.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     app = build_app(runs_dir, static=True, problems=problems)
     tmp = path.with_name(f".{path.name}.tmp.html")
     try:
         app.save(str(tmp), resources=INLINE, title="workbench dashboard")
         page = inline_cdn_links(tmp.read_text(encoding="utf-8"))
-        atomic_write_text(path, externalize_plotlyjs(page, path) if share_plotlyjs else page)
+        atomic_write_text(path, _share_plotlyjs(page, path) if share_plotlyjs else page)
     finally:
         tmp.unlink(missing_ok=True)
     if problems:
@@ -529,6 +574,37 @@ def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = No
         raise StaticExportError(f"wrote {path}, but {len(problems)} section(s) could not be built ({first}): each shows "
                                 "its error in the page; fix or move the runs it names, then export again")
     return path
+
+
+def _static_target(path: str | os.PathLike) -> Path:
+    """``path`` as the one file :func:`save_static` writes; ValueError naming it and the fix when it is a folder, lies
+    in a folder that does not exist, or is there but not a file."""
+    raw = os.fspath(path)
+    target = Path(raw)
+    if raw.endswith(("/", os.sep)) or target.is_dir():
+        raise ValueError(f"{raw} is a folder: the static dashboard is one HTML file; give a file name such as "
+                         f"{target / 'dashboard.html'}")
+    if not target.parent.is_dir():
+        raise ValueError(f"{raw}: the folder {target.parent} does not exist; create it first, or give a file name in "
+                         "an existing folder (such as ./dashboard.html)")
+    if target.exists() and not target.is_file():
+        raise ValueError(f"{raw} exists and is not a file; give a file name such as {target.parent / 'dashboard.html'}")
+    return target
+
+
+def _share_plotlyjs(page: str, path: Path) -> str:
+    """``page`` loading plotly.js from the shared ``plotly.min.js`` beside ``path`` (``widgets.figures``), unless a
+    ``plotly.min.js`` is there that is not the installed plotly's: that file is left as it is and ``page`` keeps its
+    inlined copy."""
+    from plotly.offline import get_plotlyjs
+
+    from widgets.figures import PLOTLY_JS, asset_dir, externalize_plotlyjs
+
+    shared = asset_dir(path) / PLOTLY_JS
+    if shared.exists() and (not shared.is_file() or shared.read_text(encoding="utf-8", errors="replace") != get_plotlyjs()):
+        log.warning("%s is not the installed plotly.js: left as it is; %s inlines its own copy", shared, path)
+        return page
+    return externalize_plotlyjs(page, path)
 
 
 _MIME = {".css": "text/css", ".png": "image/png", ".ico": "image/x-icon", ".svg": "image/svg+xml",

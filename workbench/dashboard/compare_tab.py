@@ -3,9 +3,11 @@
 Each row is a pair of trajectories of one question (the same sample index where both have it): both answers, both
 scores and a category, *fixed* (only the right-hand source is correct), *broken*, *both right* or *both wrong*
 (:func:`workbench.eval.compare.pair_table`); a row opens the pair side by side with the differences highlighted
-(:func:`widgets.diff.diff_html`), above the table. The tab opens on the newest run's untrained and trained agent
-(a method and its ``+lora``) when it has both, else on its first two methods. The static page holds that pair's
-table and its first pairs side by side, folded (it has no server to draw more). Everything shown is escaped.
+(:func:`widgets.diff.diff_html`), above the table. The tab opens on the newest complete run's untrained and trained
+agent (a method and its ``+lora``) when it has both, else on its first two methods; a source of an unfinished run
+(killed, or still running) is marked in the pickers and opened first only when there are not two others. The static
+page holds that pair's table and its first pairs side by side, folded (it has no server to draw more). Everything
+shown is escaped.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pandas as pd
 
 from widgets.diff import CATEGORY_COLOURS, counts_html, diff_html, pairs_html
 from workbench.dashboard import queries as q
+from workbench.dashboard.figures import run_label
 from workbench.eval.compare import CATEGORIES, METRIC_NAMES, pair_table, show
 
 #: Pairs the static page shows side by side (folded), fixed and broken ones first.
@@ -40,13 +43,33 @@ def source_options(methods: pd.DataFrame) -> list[tuple[str, str]]:
     return [(str(r), str(m)) for r, m in zip(pairs["run_id"], pairs["method"])]
 
 
-def default_pair(options: list[tuple[str, str]]) -> tuple[tuple[str, str], tuple[str, str]] | None:
+def unfinished_runs(methods: pd.DataFrame) -> dict[str, str]:
+    """``{run_id: state}`` of the runs in ``queries.method_metrics``' rows that are not complete (killed, running...)."""
+    if "status" not in methods:
+        return {}
+    return {str(r): str(s) for r, s in zip(methods["run_id"], methods["status"]) if s != "complete"}
+
+
+def option_label(source: tuple[str, str], unfinished: dict[str, str]) -> str:
+    """A source as the pickers show it: ``run_id · method``, an unfinished run marked (``figures.run_label``)."""
+    return f"{run_label(source[0], unfinished.get(source[0], 'complete'))} · {source[1]}"
+
+
+def default_pair(options: list[tuple[str, str]], unfinished: Any = ()) -> tuple[tuple[str, str], tuple[str, str]] | None:
     """The pair the tab opens on: in the newest run with two methods, a method and its ``+lora`` variant (the untrained
-    and the trained agent) if it has them, else its first two methods; None with fewer than two sources.
+    and the trained agent) if it has them, else its first two methods; None with fewer than two sources. Runs in
+    ``unfinished`` (killed, still running) are picked only when the others do not hold two sources.
 
     >>> default_pair([("r2", "direct"), ("r2", "search_r1"), ("r2", "search_r1+lora"), ("r1", "direct")])
     (('r2', 'search_r1'), ('r2', 'search_r1+lora'))
+    >>> default_pair([("r3", "direct"), ("r3", "search_r1"), ("r2", "direct"), ("r1", "direct")], unfinished={"r3"})
+    (('r2', 'direct'), ('r1', 'direct'))
     """
+    finished = [o for o in options if o[0] not in unfinished]
+    return _pair(finished) or _pair(options)
+
+
+def _pair(options: list[tuple[str, str]]) -> tuple[tuple[str, str], tuple[str, str]] | None:
     by_run: dict[str, list[str]] = {}
     for run_id, method in options:
         by_run.setdefault(run_id, []).append(method)
@@ -100,12 +123,14 @@ def pairs_frame(pairs: pd.DataFrame) -> pd.DataFrame:
 
 def static_compare_html(runs_dir: str | os.PathLike, methods: pd.DataFrame) -> str:
     """The static page's tab: the default pair's table and its first pairs side by side, folded."""
-    pick = default_pair(source_options(methods))
+    unfinished = unfinished_runs(methods)
+    pick = default_pair(source_options(methods), unfinished)
     if pick is None:
         return "<p><i>Compare needs two sources (two methods, or two runs).</i></p>"
     frame, pairs = comparison(runs_dir, *pick)
+    left, right = (html.escape(option_label(s, unfinished)) for s in pick)
     parts = [f"<p>Serve the dashboard (<code>workbench dashboard</code>) to pick any two sources; this page compares "
-             f"<b>{html.escape(source_label(pick[0]))}</b> with <b>{html.escape(source_label(pick[1]))}</b>.</p>",
+             f"<b>{left}</b> with <b>{right}</b>.</p>",
              pairs_html(pairs, max_rows=50)]
     for r in pairs.head(STATIC_PAIRS).itertuples():
         colour = CATEGORY_COLOURS.get(r.category, "#666")
@@ -125,13 +150,13 @@ def compare_section(runs_dir: str | os.PathLike, methods: pd.DataFrame, table: A
     dashboard's table builder."""
     import panel as pn
 
-    options = source_options(methods)
-    pick = default_pair(options)
+    options, unfinished = source_options(methods), unfinished_runs(methods)
+    pick = default_pair(options, unfinished)
     if pick is None:
         return pn.pane.Alert("Compare needs two sources (two methods, or two runs).", alert_type="info")
-    labels = {source_label(s): s for s in options}
-    left = pn.widgets.Select(label="left", options=list(labels), value=source_label(pick[0]), width=420)
-    right = pn.widgets.Select(label="right", options=list(labels), value=source_label(pick[1]), width=420)
+    labels = {option_label(s, unfinished): s for s in options}
+    left = pn.widgets.Select(label="left", options=list(labels), value=option_label(pick[0], unfinished), width=420)
+    right = pn.widgets.Select(label="right", options=list(labels), value=option_label(pick[1], unfinished), width=420)
     category = pn.widgets.RadioButtonGroup(options=["all", *CATEGORIES[:4]], value="all")
     counts = pn.pane.HTML(sizing_mode="stretch_width")
     view = pn.pane.HTML(sizing_mode="stretch_width", height=VIEW_HEIGHT, styles={"overflow-y": "auto"})

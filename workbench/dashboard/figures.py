@@ -3,7 +3,8 @@
 Each figure holds the traces of every metric and a plotly dropdown to pick one: the selector runs in
 the browser, so it works the same served and in the static file. Names from runs (run ids, methods,
 protocols) are escaped before plotly sees them (:func:`escape_label`): plotly reads a few HTML tags in labels
-and shows entities as the characters they stand for.
+and shows entities as the characters they stand for. A frame with a ``status`` column (``queries.method_metrics``
+and the others) has each unfinished run marked where it is named (:func:`run_label`) and left out of means over runs.
 """
 
 from __future__ import annotations
@@ -42,13 +43,37 @@ def escape_label(x: Any) -> str:
     return html.escape(str(x), quote=False)
 
 
+def run_label(run_id: Any, status: Any = "complete") -> str:
+    """A run's name as a view shows it: an unfinished run's marked with its state.
+
+    >>> run_label("r1"), run_label("r2", "killed")
+    ('r1', 'r2 (killed)')
+    """
+    return str(run_id) if status == "complete" else f"{run_id} ({status})"
+
+
+def _run_labels(df: pd.DataFrame) -> pd.Series:
+    """Each row's :func:`run_label` (the plain run id where ``df`` has no ``status``)."""
+    if "status" not in df:
+        return df["run_id"].astype(str)
+    return pd.Series([run_label(r, s) for r, s in zip(df["run_id"], df["status"])], index=df.index, dtype=object)
+
+
 def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
-    """Grouped bars, one group per run (or dataset), one bar per method; a dropdown picks the metric."""
+    """Grouped bars, one group per run (or dataset), one bar per method; a dropdown picks the metric. By run, an
+    unfinished run is marked (:func:`run_label`); by dataset, the means are over complete runs only (when ``df``
+    says which: a ``status`` column) and the title counts the runs left out."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     traces: dict[str, list[int]] = {}
     colours = _colours(sorted(df["method"].astype(str).unique()))
+    left_out = 0
+    if by == "run_id":
+        df = df.assign(run_id=_run_labels(df))
+    elif "status" in df:  # a killed or running run's partial means would pull the mean over runs
+        left_out = df.loc[df["status"] != "complete", "run_id"].nunique()
+        df = df[df["status"] == "complete"]
     for m in metrics:
         data = df if by == "run_id" else df.groupby([by, "method"], as_index=False)[m].mean()
         for method, g in data.groupby("method", sort=True):
@@ -57,7 +82,8 @@ def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
             fig.add_bar(name=escape_label(method), x=g[by].map(escape_label), y=g[m], marker_color=colours[str(method)],
                         legendgroup=str(method), text=g[m], texttemplate="%{y:.3~f}", textposition="outside",
                         cliponaxis=False)
-    what = "run" if by == "run_id" else f"{by} (mean over runs)"
+    runs = "complete runs" if "status" in df else "runs"
+    what = "run" if by == "run_id" else f"{by} (mean over {runs}" + (f"; {left_out} unfinished left out)" if left_out else ")")
     fig.update_layout(barmode="group", height=380, legend_title_text="method", xaxis_type="category")
     return with_metric_menu(fig, traces, {m: f"{m} by {what} and method" for m in metrics})
 
@@ -73,8 +99,8 @@ def curves_figure(curves: pd.DataFrame, metrics: list[str]):
         for run_id, g in curves[curves["metric"] == m].groupby("run_id", sort=True):
             g = g.sort_values("step")
             traces.setdefault(m, []).append(len(fig.data))
-            fig.add_scatter(x=g["step"], y=g["value"], mode="lines+markers", name=escape_label(run_id),
-                            line_color=colours[run_id])
+            fig.add_scatter(x=g["step"], y=g["value"], mode="lines+markers",
+                            name=escape_label(_run_labels(g).iloc[0]), line_color=colours[run_id])
     fig.update_layout(xaxis_title="step", height=400, legend_title_text="run")
     return with_metric_menu(fig, traces, {m: f"{m} per training step" for m in metrics})
 
@@ -86,9 +112,10 @@ def hops_figure(hops: pd.DataFrame, metrics: list[str]):
     fig = go.Figure()
     traces: dict[str, list[int]] = {}
     for m in metrics:
-        for (run_id, method), g in hops.groupby(["run_id", "method"], sort=True):
+        for (_, method), g in hops.groupby(["run_id", "method"], sort=True):
             traces.setdefault(m, []).append(len(fig.data))
-            fig.add_scatter(x=g["hops"], y=g[m], mode="lines+markers", name=escape_label(f"{run_id} · {method}"),
+            name = escape_label(f"{_run_labels(g).iloc[0]} · {method}")
+            fig.add_scatter(x=g["hops"], y=g[m], mode="lines+markers", name=name,
                             text=[f"n={n}" for n in g["n"]])
     fig.update_layout(xaxis_title="hops", height=380, xaxis_dtick=1)
     return with_metric_menu(fig, traces, {m: f"{m} by hop count" for m in metrics})

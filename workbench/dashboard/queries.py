@@ -13,7 +13,9 @@ without them. Each query's frame says which runs it left out and why in ``df.att
 (``{run_id: text}``). Broken and missing files become text in the ``error`` column of
 :func:`runs_table`; no function here raises for them. Each row's run id is its folder's name, looked
 up by file (never parsed back out of the path). :func:`runs_table`'s ``status`` says whether each run
-is complete (``workbench.runs.run_status``) and names symlinks.
+is complete (``workbench.runs.run_status``) and names symlinks; the per-run frames (:func:`method_metrics`,
+:func:`hop_breakdown`, :func:`training_curves`) carry each run's state in ``status`` (:func:`run_states`), so a
+view can mark a killed or running run and leave it out of means over runs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import pandas as pd
 
 from workbench.data.example import Example, as_answers, load_examples
 from workbench.io import read_jsonl
-from workbench.runs import CONFIG, EXAMPLES, METRICS, STEP_METRICS, TRAJECTORIES, run_status
+from workbench.runs import CONFIG, EXAMPLES, INCOMPLETE, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.trajectory import Trajectory
 
 #: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
@@ -56,6 +58,18 @@ def run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted((p for p in root.iterdir() if (p / CONFIG).is_file()), key=lambda p: p.name, reverse=True)
+
+
+def run_states(runs_dir: str | os.PathLike) -> dict[str, str]:
+    """Each run's state by run id (``workbench.runs.RunStatus.state``): complete, running, killed or incomplete."""
+    return {d.name: run_status(d).state for d in run_dirs(runs_dir)}
+
+
+def _with_status(df: pd.DataFrame, runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """``df`` with a ``status`` column: the state of each row's run (:func:`run_states`)."""
+    states = run_states(runs_dir)
+    df["status"] = [states.get(r, INCOMPLETE) for r in df["run_id"]]
+    return df
 
 
 # --------------------------------------------------------------------------- trajectories (DuckDB)
@@ -224,8 +238,9 @@ _METHOD_COLUMNS = ["run_id", "dataset", "method", "n", "em", "cem", "f1", "forma
 
 
 def method_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """Per run, dataset and method: n and mean answer metrics, searches, policy tokens, share answered."""
-    return _query(
+    """Per run, dataset and method: n and mean answer metrics, searches, policy tokens, share answered; the run's
+    ``status``."""
+    return _with_status(_query(
         runs_dir,
         """
         SELECT run_id, COALESCE(dataset, '?') AS dataset, method, count(*) AS n,
@@ -235,15 +250,16 @@ def method_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
         FROM t GROUP BY ALL ORDER BY run_id DESC, dataset, method
         """,
         _METHOD_COLUMNS,
-    )
+    ), runs_dir)
 
 
 _HOP_COLUMNS = ["run_id", "method", "hops", "n", "em", "cem", "f1", "n_searches"]
 
 
 def hop_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """Per run, method and hop count (trajectories with a known hop count): n, answer metrics, searches."""
-    return _query(
+    """Per run, method and hop count (trajectories with a known hop count): n, answer metrics, searches; the run's
+    ``status``."""
+    return _with_status(_query(
         runs_dir,
         """
         SELECT run_id, method, hops, count(*) AS n, avg(em) AS em, avg(cem) AS cem, avg(f1) AS f1,
@@ -251,7 +267,7 @@ def hop_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
         FROM t WHERE hops IS NOT NULL GROUP BY ALL ORDER BY run_id DESC, method, hops
         """,
         _HOP_COLUMNS,
-    )
+    ), runs_dir)
 
 
 _PROTOCOL_COLUMNS = ["protocol", "runs", "n", "em", "f1", "format_ok", "n_searches", "invalid", "answered", "finished_by_answer"]
@@ -413,7 +429,8 @@ CURVE_COLUMNS = ["run_id", "step", "metric", "value"]
 
 
 def training_curves(runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """Every numeric column of every run's ``metrics.jsonl``, long format: run_id, step, metric, value.
+    """Every numeric column of every run's ``metrics.jsonl``, long format: run_id, step, metric, value, and the run's
+    ``status``.
 
     ``step`` is the row's ``step`` field (its line number when absent).
     """
@@ -433,7 +450,7 @@ def training_curves(runs_dir: str | os.PathLike) -> pd.DataFrame:
                 x = _number(v)
                 if k != "step" and x is not None:
                     out.append((d.name, step, k, x))
-    return pd.DataFrame(out, columns=CURVE_COLUMNS)
+    return _with_status(pd.DataFrame(out, columns=CURVE_COLUMNS), runs_dir)
 
 
 def curve_metrics(curves: pd.DataFrame) -> list[str]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 COLUMN_TIPS = {
     "run_id": "run directory name under the runs root",
     "kind": "eval, train, expert or sft (config.json)",
+    "status": "whether the run finished (status.json): complete; killed (its process on this host is gone, no "
+              "completion marker); running (its process is alive); incomplete (unfinished, and whether its process "
+              "lives cannot be told, e.g. it ran on another host)",
     "error": "files of the run that are missing or unreadable",
     "created": "when the run was created (config.json)",
     "model": "the policy model (config.json)",
