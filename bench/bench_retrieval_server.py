@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--idle", type=int, default=1100)
     ap.add_argument("--watch-s", type=float, default=60.0, help="how long to watch held and idle connections")
     ap.add_argument("--api-key", default=None, help="bearer token the probes send")
+    ap.add_argument("--crowd", action="store_true", help="with --hostile: only the crowd probe (a normal client "
+                    "beside 60 stalled uploads and 30 clients that never read)")
     ap.add_argument("--server-args", default="", help="extra serve-retrieval flags, e.g. '--read-timeout 10'")
     args = ap.parse_args()
     if args.hostile:
@@ -328,6 +330,87 @@ def idle_connections(host: str, port: int, n: int, watch_s: float) -> dict:
     return {"n": n, "still_open": still, "all_closed_s": secs}
 
 
+def server_connections(pid: int, port: int) -> int:
+    """Established TCP connections process ``pid`` holds on local ``port`` (Linux: its socket inodes matched
+    against ``/proc/net/tcp*``). A client that never reads cannot tell from its side that the server let go."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "01" and cols[9] in inodes:
+                    n += 1
+    return n
+
+
+def watch_server_connections(pid: int, port: int, watch_s: float) -> tuple[int, float | None]:
+    """Poll until the server holds no connection on ``port`` (or ``watch_s`` passed): (still held, seconds)."""
+    t0 = time.monotonic()
+    while True:
+        still = server_connections(pid, port)
+        if not still or time.monotonic() - t0 > watch_s:
+            return still, (time.monotonic() - t0 if not still else None)
+        time.sleep(0.5)
+
+
+def crowd(host: str, port: int, pid: int, queries: list[str], headers: dict[str, str], stalled: int,
+          non_readers: int, normal: int, watch_s: float) -> dict:
+    """A normal client's latency while ``stalled`` uploads (2 MiB declared, all but the last byte sent) and
+    ``non_readers`` clients that ask for ~5 MB each and never read are connected; then how long the server keeps
+    the non-readers."""
+    import json as _json
+
+    import httpx
+
+    before = rss_mb(pid)
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    ups, refused = [], 0
+    for _ in range(stalled):
+        s = socket.create_connection((host, port))
+        s.settimeout(2)
+        try:
+            s.sendall(f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{extra}"
+                      f"Content-Length: {2 << 20}\r\n\r\n".encode() + b'{"queries": ["' + b"a" * ((2 << 20) - 15))
+        except OSError:
+            refused += 1
+        ups.append(s)
+    body = _json.dumps({"queries": queries[:1024], "topk": 10, "return_meta": True}).encode()
+    readers = []
+    for _ in range(non_readers):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect((host, port))
+        s.sendall(f"POST /retrieve HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{extra}"
+                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        readers.append(s)
+    time.sleep(1.0)
+    held = rss_mb(pid)
+    lat, status = [], {}
+    with httpx.Client(timeout=10, headers=headers) as c:
+        for i in range(normal):
+            t0 = time.perf_counter()
+            r = c.post(f"http://{host}:{port}/retrieve", json={"queries": [queries[i % len(queries)]], "topk": 3})
+            lat.append(time.perf_counter() - t0)
+            status[r.status_code] = status.get(r.status_code, 0) + 1
+    for s in ups:
+        s.close()
+    still, secs = watch_server_connections(pid, port, watch_s)
+    after = rss_mb(pid)
+    for s in readers:
+        s.close()
+    return {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "status": status, "rss_before_mb": before,
+            "rss_held_mb": held, "rss_after_mb": after, "uploads_refused_while_sending": refused,
+            "non_readers_open": still, "non_readers_closed_s": secs}
+
+
 def hostile(args: argparse.Namespace) -> None:
     from workbench.data.world import load_world
 
@@ -368,6 +451,14 @@ def hostile(args: argparse.Namespace) -> None:
             over = asyncio.run(small_behind_big(url, queries, 1024, 100, headers))
             print(f"two 1024 x topk 100 requests (over the cap): {over['big']}; small behind them "
                   f"{over['behind_ms']:.0f} ms", flush=True)
+        if args.crowd:
+            c = crowd("127.0.0.1", port, proc.pid, queries, headers, 60, 30, 200, args.watch_s)
+            print(f"normal client (200 requests) beside 60 stalled 2 MiB uploads and 30 non-readers: p50 "
+                  f"{c['p50_ms']:.0f} ms, p99 {c['p99_ms']:.0f} ms, statuses {c['status']}; uploads refused while "
+                  f"sending {c['uploads_refused_while_sending']}; RSS {c['rss_before_mb']:.0f} -> {c['rss_held_mb']:.0f} "
+                  f"-> {c['rss_after_mb']:.0f} MB; non-readers still open after {args.watch_s:.0f} s: "
+                  f"{c['non_readers_open']} (all closed after {c['non_readers_closed_s']} s)", flush=True)
+            return
         held = held_bodies("127.0.0.1", port, proc.pid, args.held, max_body - 1, args.watch_s)
         print(f"{args.held} held bodies of {max_body - 1:,} bytes: RSS {held['rss_before_mb']:.0f} -> "
               f"{held['rss_held_mb']:.0f} MB held -> {held['rss_after_mb']:.0f} MB after; still open after "

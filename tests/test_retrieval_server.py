@@ -141,7 +141,7 @@ def test_missing_tools_are_404_with_a_message(server):
     svc = RetrievalService(lambda q, k: [], 0)
     with ServerThread(create_app(svc)) as s2:
         r = post(s2.url + "/kg", json={"entities": ["x"]})
-        assert r.status_code == 404 and "knowledge graph" in r.json()["detail"]
+        assert r.status_code == 404 and "knowledge graph" in r.json()["error"]
 
 
 def test_cli_serve_retrieval_parser():
@@ -218,8 +218,15 @@ def test_the_api_key_guards_every_endpoint_but_health(keyed, monkeypatch):
             assert r.headers["www-authenticate"] == "Bearer"
     ok = post(keyed.url + "/retrieve", json=body, headers={"Authorization": f"Bearer {KEY}"})
     assert ok.status_code == 200 and ok.json()["result"][0][0]["id"] == "p2"
-    health = httpx.get(keyed.url + "/health", timeout=10).json()
-    assert health["status"] == "ok" and health["auth"] is True  # open: liveness checks carry no key
+    # open to a body-less GET (liveness checks carry no key), which then learns only that the server is up
+    assert httpx.get(keyed.url + "/health", timeout=10).json() == {"status": "ok"}
+    assert httpx.get(keyed.url + "/health", headers={"Authorization": "Bearer wrong"}, timeout=10).json() == {
+        "status": "ok"}
+    health = httpx.get(keyed.url + "/health", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
+    assert health["auth"] is True and health["passages"] == len(PASSAGES) and "limits" in health
+    for method in ("POST", "PUT"):  # a body on the open path needs the key: it is refused before being read
+        r = httpx.request(method, keyed.url + "/health", content=b"x" * 1000, timeout=10)
+        assert r.status_code == 401 and "API key" in r.json()["error"]
     for page in ("/docs", "/redoc", "/openapi.json"):  # off unless asked for
         assert httpx.get(keyed.url + page, headers={"Authorization": f"Bearer {KEY}"}, timeout=10).status_code in (
             401, 404)

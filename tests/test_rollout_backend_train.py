@@ -61,12 +61,14 @@ def _post(url: str, body: dict) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def server_url(tiny_model):
-    """``python -m workbench.rollout.server --model TINY --enable-lora`` on a free loopback port, in another process."""
+def server_url(tiny_model, tmp_path_factory):
+    """``python -m workbench.rollout.server --model TINY --enable-lora`` on a free loopback port, in another process,
+    loading adapters from under pytest's temporary directory (where the trainers' runs are)."""
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "workbench.rollout.server", "--model", tiny_model, "--port", str(port),
-                             "--enable-lora", "--threads", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--enable-lora", "--lora-dir", str(tmp_path_factory.getbasetemp()), "--threads", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + 180
@@ -144,6 +146,13 @@ def test_openai_backend_trains_with_hot_swapped_adapter(server_url, tmp_path, on
 def test_lora_endpoints_report_bad_requests(server_url, tmp_path):
     code, text = _post(server_url + "/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path)})
     assert code == 400 and "not a PEFT adapter directory" in text
+    # outside --lora-dir: one answer whether the path exists or not (the server's files are not probed)
+    answers = set()
+    for path in ("/etc", "/no/such/dir", str(tmp_path / ".." / ".." / ".." / ".." / "etc"), "/proc/self/cwd"):
+        code, text = _post(server_url + "/load_lora_adapter", {"lora_name": "x", "lora_path": path})
+        assert code == 403 and "outside this server's adapter directory" in text
+        answers.add(json.loads(text)["error"]["message"].replace(repr(path), "PATH"))
+    assert len(answers) == 1
     code, text = _post(server_url + "/unload_lora_adapter", {"lora_name": "nope"})
     assert code == 404 and "cannot be found" in text
     code, text = _post(server_url + "/completions", {"model": "nope", "prompt": [1, 2], "max_tokens": 1})

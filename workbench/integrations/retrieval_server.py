@@ -21,8 +21,13 @@ chunks are done. So a one-query request joins the next round whatever big reques
 Limits, for a server other people (or other people's jobs) can reach: a request may ask for at most
 ``max_hits`` hits (queries × topk) and get at most ``max_response_bytes`` back (else 422, with the fix); its
 body must arrive within ``read_timeout_s`` (408) and connections with no request in progress close after
-``idle_timeout_s`` (``workbench.http_stack``). With ``api_key`` every endpoint but ``/health`` needs
-``Authorization: Bearer <key>`` (401); ``workbench serve-retrieval`` refuses a non-loopback ``--host``
+``idle_timeout_s``, and so does one that stops reading its reply for ``write_timeout_s`` (``workbench.http_stack``);
+unfinished bodies share ``max_buffered_bytes`` with at most ``max_client_bytes`` per client address, outside a
+small allowance per request, so stalled uploads are refused (503) before anyone's small request is. Fields are
+typed strictly (``"topk": "3"`` or ``true`` is a 422, and so is a query over ``MAX_QUERY_CHARS``); every error,
+FastAPI's own included, is ``{"error": message}``. With ``api_key`` every request needs
+``Authorization: Bearer <key>`` (401, before its body is read) but a body-less ``GET /health``, which then
+answers only ``{"status": "ok"}``; ``workbench serve-retrieval`` refuses a non-loopback ``--host``
 without ``--allow-remote`` and a key. The ``/docs``, ``/redoc`` and ``/openapi.json`` pages are off unless
 ``docs=True``. Responses are encoded off the event loop, one row at a time.
 
@@ -45,6 +50,7 @@ from workbench.http_stack import (  # noqa: F401 - ServerThread and serve_foreve
     BearerAuth,
     BodyGuard,
     ServerThread,
+    authorized,
     serve_forever,
 )
 from workbench.textsafe import clean_text
@@ -63,6 +69,8 @@ MAX_RESPONSE_BYTES = 16 << 20
 MAX_BODY_BYTES = 8 << 20
 MAX_BUFFERED_BYTES = 64 << 20
 """Unfinished request bodies held at once, over all connections (a real request is a few KB)."""
+MAX_CLIENT_BYTES = 8 << 20
+"""Of them, what one client address may hold (past each request's small allowance)."""
 INLINE_HITS = 256
 """Results up to this many hits are encoded on the event loop (a thread hop costs more than they do)."""
 
@@ -213,28 +221,44 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
                max_queries: int = MAX_QUERIES, max_batch: int = 256, max_body_bytes: int = MAX_BODY_BYTES,
                max_hits: int = MAX_HITS, max_response_bytes: int = MAX_RESPONSE_BYTES, api_key: str | None = None,
                docs: bool = False, read_timeout_s: float | None = READ_TIMEOUT_S,
-               max_buffered_bytes: int | None = MAX_BUFFERED_BYTES) -> Any:
-    """The FastAPI app. Bad requests get 4xx with a message (FastAPI's 422 for missing or mistyped fields)."""
+               max_buffered_bytes: int | None = MAX_BUFFERED_BYTES,
+               max_client_bytes: int | None = MAX_CLIENT_BYTES) -> Any:
+    """The FastAPI app. Bad requests get 4xx with ``{"error": message}`` (422 for missing or mistyped fields)."""
+    from typing import Annotated
+
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
-    from pydantic import BaseModel, Field
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    class QueryRequest(BaseModel):
+    def short(text: str) -> str:  # a validator, not a max_length: pydantic's refuses text with lone surrogates
+        if len(text) > MAX_QUERY_CHARS:
+            raise ValueError(f"{len(text)} characters is over this server's {MAX_QUERY_CHARS} per query: shorten it")
+        return text
+
+    Query = Annotated[str, AfterValidator(short)]
+
+    class Strict(BaseModel):
+        """No coercion (``"3"`` is not a topk, ``"yes"`` not a boolean) and no unknown fields' surprises."""
+
+        model_config = ConfigDict(strict=True)
+
+    class QueryRequest(Strict):
         """Search-R1's request: ``queries``, ``topk`` (None: the server's default), ``return_scores``."""
 
-        queries: list[str] = Field(min_length=1, max_length=max_queries)
+        queries: list[Query] = Field(min_length=1, max_length=max_queries)
         topk: int | None = Field(default=None, ge=1, le=max_topk)
         return_scores: bool = False
         return_meta: bool = False
         """Ours: each document also carries ``title``, ``text`` and ``source`` (``workbench.tools.remote``)."""
 
-    class KGRequest(BaseModel):
-        entities: list[str] = Field(default_factory=list, max_length=64)
-        relations: list[str] = Field(default_factory=list, max_length=64)
-        query: str = Field(default="", max_length=MAX_QUERY_CHARS)
+    class KGRequest(Strict):
+        entities: list[Query] = Field(default_factory=list, max_length=64)
+        relations: list[Query] = Field(default_factory=list, max_length=64)
+        query: Query = ""
 
-    class PlanRequest(BaseModel):
+    class PlanRequest(Strict):
         plan: str = Field(min_length=1, max_length=16 * MAX_QUERY_CHARS)
 
     pages = {} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
@@ -243,7 +267,7 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
     app.state.queue = queue
     limits = {"max_topk": max_topk, "max_queries": max_queries, "max_hits": max_hits,
               "max_response_bytes": max_response_bytes, "max_body_bytes": max_body_bytes,
-              "read_timeout_s": read_timeout_s}
+              "read_timeout_s": read_timeout_s, "max_client_bytes": max_client_bytes}
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -255,14 +279,28 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
             msg = f"send the body as JSON with Content-Type: application/json (got {kind or 'none'!r}); {msg}"
         return JSONResponse({"error": msg, "detail": errors}, status_code=422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """FastAPI's own errors (a body it cannot parse, such as JSON nested too deep or an integer of thousands of
+        digits; an unknown path or method) in the server's shape."""
+        msg = str(exc.detail)
+        if exc.status_code == 400 and "parsing the body" in msg:
+            msg = "the request body could not be parsed as JSON (nested too deep, or a number too long?)"
+        elif msg in ("Not Found", "Method Not Allowed"):  # routing's own, not a route's HTTPException
+            msg = f"no route {request.method} {request.url.path}: the endpoints are POST /retrieve, /kg, /plan and " \
+                  "GET /health"
+        return JSONResponse({"error": msg}, status_code=exc.status_code, headers=exc.headers)
+
     error = lambda status, msg: {"error": msg}  # noqa: E731 - the shape Search-R1 clients read
     app.add_middleware(BodyGuard, max_bytes=max_body_bytes, error=error, read_timeout_s=read_timeout_s,
-                       max_buffered_bytes=max_buffered_bytes)
+                       max_buffered_bytes=max_buffered_bytes, max_client_bytes=max_client_bytes)
     if api_key:  # outermost: checked before a body is read
         app.add_middleware(BearerAuth, api_key=api_key, error=error)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health(request: Request) -> dict[str, Any]:
+        if not authorized(request.scope):  # without the key: only that the server is up
+            return {"status": "ok"}
         return {"status": "ok", "passages": service.n_passages, "retriever": service.retriever,
                 "kg": service.kg is not None, "plan": service.plan is not None, "batches": queue.batches,
                 "queries": queue.queries, "auth": bool(api_key), "limits": limits,
@@ -275,7 +313,7 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
             return JSONResponse({"error": f"{len(req.queries)} queries x topk {k} = {len(req.queries) * k} hits is "
                                  f"over this server's {max_hits} per request: split the queries into requests of at "
                                  f"most {max(1, max_hits // k)}, or ask for a smaller topk"}, status_code=422)
-        queries = [clean_text(q)[:MAX_QUERY_CHARS] for q in req.queries]
+        queries = [clean_text(q) for q in req.queries]
         try:
             hits = await queue.search(queries, k)
         except Exception as e:  # the search failed (logged by the queue): say why, keep the connection usable

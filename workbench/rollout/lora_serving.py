@@ -34,13 +34,16 @@ class LoRAAdapters:
     Args:
         backend: an ``HFBackend`` (anything with ``.model`` and ``.clear_cache()``).
         max_loras: adapters resident at once (vLLM's ``--max-loras``); loading one more is refused.
+        root: the directory adapters may be loaded from (its subdirectories, links resolved); a path outside it is
+            refused without looking at it, so a client learns nothing about the server's files.
     """
 
-    def __init__(self, backend: Any, max_loras: int = 8):
+    def __init__(self, backend: Any, max_loras: int = 8, root: str | Path = "."):
         if not hasattr(backend, "model"):
             raise ValueError(f"runtime LoRA loading needs an HF backend (with .model), got {type(backend).__name__}")
         self.backend = backend
         self.max_loras = max_loras
+        self.root = Path(root).resolve()
         self.lock = threading.RLock()
         self.paths: dict[str, str] = {}
         self._base = backend.model
@@ -54,8 +57,8 @@ class LoRAAdapters:
         """Load the PEFT adapter directory ``path`` as ``name`` (AdapterError if it cannot)."""
         if not isinstance(name, str) or not name.strip():
             raise AdapterError("lora_name must be a non-empty string")
-        p = Path(str(path)) if isinstance(path, str) and path else None
-        if p is None or not all((p / f).is_file() for f in ADAPTER_FILES):
+        p = self.resolve(path)
+        if not all((p / f).is_file() for f in ADAPTER_FILES):
             raise AdapterError(f"lora_path {path!r} is not a PEFT adapter directory (needs {', '.join(ADAPTER_FILES)})")
         with self.lock:
             if name in self.paths:
@@ -75,6 +78,18 @@ class LoRAAdapters:
             self.paths[name] = str(p)
             self._active = None  # peft made the new adapter active: switch explicitly before the next batch
             self.backend.clear_cache()
+
+    def resolve(self, path: Any) -> Path:
+        """``path`` (relative ones from :attr:`root`) with links resolved, if it lies under :attr:`root`; else one
+        AdapterError that says the same whether the path exists or not."""
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise AdapterError("lora_path must be a non-empty string: a PEFT adapter directory under the server's "
+                               "--lora-dir")
+        p = (self.root / path).resolve()
+        if p != self.root and self.root not in p.parents:
+            raise AdapterError(f"lora_path {path!r} is outside this server's adapter directory (--lora-dir): save the "
+                               "adapter under it", 403)
+        return p
 
     def unload(self, name: str) -> None:
         """Drop adapter ``name`` (AdapterError 404 if it is not loaded)."""

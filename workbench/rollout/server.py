@@ -12,7 +12,7 @@
   ``logprobs.token_logprobs``, ``token_ids`` when asked, and ``usage``;
 - ``GET /v1/models`` and ``GET /health``;
 - with ``enable_lora=True`` (``--enable-lora``), vLLM's runtime LoRA API: ``POST /v1/load_lora_adapter``
-  (``{"lora_name", "lora_path"}``: a PEFT directory loaded onto the HF model), ``POST
+  (``{"lora_name", "lora_path"}``: a PEFT directory under ``lora_dir``, ``--lora-dir``, loaded onto the HF model), ``POST
   /v1/unload_lora_adapter`` (``{"lora_name"}``), and completions with ``model=<lora_name>``
   (:mod:`workbench.rollout.lora_serving`). The trainer's ``rollout_backend="openai"`` uses it.
 
@@ -21,7 +21,11 @@ It is the CPU test double of a real inference server: on GPUs, serve the model w
 (``python -m sglang.launch_server --model-path MODEL``) and point ``OpenAIBackend`` / ``TrainConfig.server``
 there. The HTTP tests and benchmarks point ``OpenAIBackend`` at this one, and it is a way to share one
 model between processes. Errors are OpenAI's ``{"error": {"message", "type", "code"}}`` (a body over
-``MAX_BODY_BYTES``: 413; a wrong or missing ``api_key``: 401, checked before routing).
+``MAX_BODY_BYTES``: 413; a wrong or missing ``api_key``: 401, checked before routing and before any body is read).
+Limits as the retrieval server's (:mod:`workbench.http_stack`): unfinished bodies share ``MAX_BUFFERED_BYTES`` with
+at most ``MAX_CLIENT_BYTES`` per client address, replies a client does not read are dropped; a request carries at
+most ``MAX_PROMPTS`` prompts and each prompt plus ``max_tokens`` fits ``max_model_len`` (400 otherwise, as vLLM);
+a non-loopback bind needs an ``api_key``.
 
 Requests that arrive together are batched: one worker thread collects the requests queued within
 ``batch_window_s`` (up to ``max_batch`` prompts), groups them by sampling settings and makes one
@@ -39,6 +43,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import queue
 import sys
 import threading
@@ -59,7 +64,14 @@ from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 32 << 20
-
+MAX_BUFFERED_BYTES = 128 << 20
+"""Unfinished request bodies held at once, over all connections."""
+MAX_CLIENT_BYTES = 64 << 20
+"""Of them, what one client address may hold."""
+MAX_PROMPTS = 1024
+"""Prompts one request may carry."""
+DEFAULT_MAX_MODEL_LEN = 32768
+"""Prompt plus completion tokens when the model does not say (``max_position_embeddings``)."""
 
 class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400):
@@ -161,10 +173,11 @@ class CompletionServer:
 
     def __init__(self, addr: tuple[str, int], backend: Backend, model_name: str, api_key: str | None,
                  max_batch: int, batch_window_s: float, return_tokens_as_token_ids: bool,
-                 adapters: LoRAAdapters | None = None):
+                 adapters: LoRAAdapters | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN):
         self.backend = backend
         self.model_name = model_name
         self.api_key = api_key
+        self.max_model_len = max_model_len
         self.return_tokens_as_token_ids = return_tokens_as_token_ids
         self.adapters = adapters
         self.http = ServerThread(create_app(self), *addr, name="completion-server")  # binds: OSError if in use
@@ -198,13 +211,15 @@ def serve(
     return_tokens_as_token_ids: bool = True,
     enable_lora: bool = False,
     max_loras: int = 8,
+    lora_dir: str | None = None,
+    max_model_len: int | None = None,
 ) -> tuple[CompletionServer, str]:
     """Serve ``backend`` over HTTP in a background thread; returns ``(server, base_url)``.
 
     Args:
         backend: any ``Backend`` (its tokenizer decodes text and encodes text prompts).
         host: the address to bind (IPv4 or IPv6, e.g. ``::1``); anything but a loopback address needs
-            ``allow_remote=True`` (the server has no TLS and, without ``api_key``, no authentication).
+            ``allow_remote=True`` and an ``api_key`` (the server has no TLS).
         port: 0 picks a free port.
         model_name: the name in ``/v1/models`` that requests must use (default: ``backend.name``).
         api_key: when set, requests need ``Authorization: Bearer <api_key>``.
@@ -214,19 +229,27 @@ def serve(
             ``--return-tokens-as-token-ids``): ``logprobs.tokens`` as ``"token_id:N"``.
         enable_lora: serve vLLM's runtime LoRA API (an HF backend only; see the module docstring).
         max_loras: adapters loaded at once.
+        lora_dir: the directory adapters may be loaded from (default: the current directory).
+        max_model_len: prompt plus completion tokens a request may ask for (default: the model's
+            ``max_position_embeddings``, else ``DEFAULT_MAX_MODEL_LEN``).
 
     The base URL ends in ``/v1`` (``http://127.0.0.1:PORT/v1``). Call ``server.stop()`` when done.
     """
-    if not allow_remote and not is_loopback_host(host):
+    if not is_loopback_host(host) and not (allow_remote and api_key):
         raise ValueError(f"refusing to bind {host!r}: not a loopback address. The server has no TLS; "
-                         "pass allow_remote=True (and an api_key) to serve other machines.")
+                         "pass allow_remote=True and an api_key to serve other machines.")
     if max_batch < 1:
         raise ValueError(f"serve: max_batch must be >= 1, got {max_batch}")
     if batch_window_s < 0:
         raise ValueError(f"serve: batch_window_s must be >= 0, got {batch_window_s}")
-    adapters = LoRAAdapters(backend, max_loras) if enable_lora else None
+    if max_model_len is None:
+        config = getattr(getattr(backend, "model", None), "config", None)
+        max_model_len = int(getattr(config, "max_position_embeddings", 0) or DEFAULT_MAX_MODEL_LEN)
+    if max_model_len < 1:
+        raise ValueError(f"serve: max_model_len must be >= 1, got {max_model_len}")
+    adapters = LoRAAdapters(backend, max_loras, root=lora_dir or ".") if enable_lora else None
     server = CompletionServer((host, port), backend, model_name or backend.name, api_key, max_batch, batch_window_s,
-                              return_tokens_as_token_ids, adapters)
+                              return_tokens_as_token_ids, adapters, max_model_len)
     try:
         server.start()
     except BaseException:
@@ -330,7 +353,8 @@ def create_app(srv: CompletionServer) -> Any:
     app.post("/v1/load_lora_adapter")(lora_route(True))
     app.post("/v1/unload_lora_adapter")(lora_route(False))
     guarded = BodyGuard(app, MAX_BODY_BYTES, lambda status, msg: {"error": {
-        "message": msg, "type": "invalid_request_error", "code": status}})
+        "message": msg, "type": "invalid_request_error", "code": status}}, max_buffered_bytes=MAX_BUFFERED_BYTES,
+        max_client_bytes=MAX_CLIENT_BYTES)
     app = _Slashes(guarded)
     if not srv.api_key:
         return app
@@ -377,6 +401,8 @@ def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
     if body.get("n", 1) != 1 or body.get("best_of", 1) not in (1, None):
         raise BadRequest("only n=1 is supported")
     prompts = _parse_prompts(body.get("prompt"), tok)
+    if len(prompts) > MAX_PROMPTS:
+        raise BadRequest(f"{len(prompts)} prompts in one request is over this server's {MAX_PROMPTS}: split them")
     max_tokens = body.get("max_tokens", 16)
     if max_tokens is None:
         max_tokens = 16
@@ -386,6 +412,10 @@ def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
     logprobs = body.get("logprobs")
     if not _is_int(max_tokens) or max_tokens < 0:
         raise BadRequest(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    longest = max(len(p) for p in prompts)
+    if longest + max_tokens > srv.max_model_len:
+        raise BadRequest(f"this model's maximum context length is {srv.max_model_len} tokens; the request asks for "
+                         f"{longest} prompt + {max_tokens} completion tokens: lower max_tokens or shorten the prompt")
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
         raise BadRequest(f"stop must be a string or a list of strings, got {stop!r}")
     if logprobs is not None and (not _is_int(logprobs) or logprobs < 0):
@@ -508,12 +538,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--enable-lora", action="store_true",
                     help="serve vLLM's runtime LoRA API: POST /v1/load_lora_adapter, /v1/unload_lora_adapter")
     ap.add_argument("--max-loras", type=int, default=8, help="adapters loaded at once (default: %(default)s)")
+    ap.add_argument("--lora-dir", default=".", help="the directory --enable-lora loads adapters from; a lora_path "
+                    "outside it is refused (default: the current directory)")
+    ap.add_argument("--max-model-len", type=int, default=None, help="prompt plus completion tokens a request may ask "
+                    "for (default: the model's max_position_embeddings)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.threads' choice)")
     args = ap.parse_args(argv)
-    if not args.allow_remote and not is_loopback_host(args.host):
-        print(f"error: --host {args.host} is not a loopback address; add --allow-remote (and --api-key) to serve "
-              "other machines", file=sys.stderr)
+
+    def fail(message: str) -> None:  # one line, before the model loads
+        print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+    if not is_loopback_host(args.host) and not (args.allow_remote and args.api_key):
+        fail(f"--host {args.host} is not a loopback address; add --allow-remote and --api-key KEY to serve other "
+                 "machines (the server has no TLS)")
+    if not 0 <= args.port <= 65535:
+        fail(f"--port {args.port} is not a TCP port: give 1-65535 (0 picks a free one)")
+    for flag, v in (("--max-loras", args.max_loras), ("--max-model-len", args.max_model_len), ("--threads", args.threads)):
+        if v is not None and v < 1:
+            fail(f"{flag} {v}: give a number >= 1")
+    if args.enable_lora and not os.path.isdir(args.lora_dir):
+        fail(f"--lora-dir {args.lora_dir}: not a directory; give the directory the trainer saves adapters under "
+                 "(e.g. runs)")
     from workbench.threads import apply_threads
 
     apply_threads(args.threads)
@@ -524,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server, url = serve(backend, args.host, args.port, model_name=args.model or DEFAULT_MODEL,
                             allow_remote=args.allow_remote, api_key=args.api_key, enable_lora=args.enable_lora,
-                            max_loras=args.max_loras)
+                            max_loras=args.max_loras, lora_dir=args.lora_dir, max_model_len=args.max_model_len)
     except OSError as e:
         print(f"error: cannot listen on {args.host} port {args.port}: {e.strerror or e}; pick another --port",
               file=sys.stderr)

@@ -204,8 +204,10 @@ def check_server(url: str, needs: dict[str, Sequence[str]], api_key: str | None 
     client = RemoteRetrieval(url, timeout_s=10.0, api_key=api_key)
     try:
         health = client.health()
-        if isinstance(health, dict) and health.get("auth"):
-            client.post("/retrieve", {"queries": ["health check"], "topk": 1})  # 401 here, not at the first search
+        if isinstance(health, dict) and (health.get("auth") or set(health) == {"status"}):
+            # a key is wanted (a bare {"status": "ok"} is what the server tells a client without it): 401 here, not at
+            # the first search
+            client.post("/retrieve", {"queries": ["health check"], "topk": 1})
     except RemoteToolError as e:
         hint = "" if "HTTP 401" in str(e) else (": start `workbench serve-retrieval --corpus FILE --port PORT` and pass "
                                                 "its address, or drop --retrieval-url to build the index here")
