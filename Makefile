@@ -17,7 +17,7 @@ QUIET := 2>&1 | { grep -v "^WARNING: Location '" || true; }
 LOCKED ?= 1
 MAIN_LOCK := requirements/main.txt
 VERL_LOCK := requirements/verl.txt
-EXTRAS := dev,verl,trl,faiss,tensorboard,trackio
+EXTRAS := dev,verl,trl,faiss,tensorboard,trackio,docs
 
 setup: $(STAMP)
 

@@ -384,8 +384,9 @@ def _cell(folder: Path, hops: str = "all") -> str:
 
 
 def _shipped_texts() -> tuple[str, str]:
+    """The README with the user guide (docs/), and RESULTS."""
     root = BENCH.parent
-    return (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    return (root / "README.md").read_text() + "".join(p.read_text() for p in sorted((root / "docs").rglob("*.md"))), (root / "bench" / "RESULTS.md").read_text()
 
 
 def _check_arms(home: Path, labels: tuple[str, str], title: str, results: str) -> paired.Comparison:

@@ -98,7 +98,7 @@ def test_the_shipped_deep_recipe_figures_are_what_readme_and_results_quote():
     from workbench.eval import paired
 
     root = BENCH.parent
-    readme, results = (root / "README.md").read_text(), (root / "bench" / "RESULTS.md").read_text()
+    readme, results = (root / "README.md").read_text() + "".join(p.read_text() for p in sorted((root / "docs").rglob("*.md"))), (root / "bench" / "RESULTS.md").read_text()  # README and the guide
     folder = root / "data" / "results" / "deep_recipe"
 
     def rows(name):

@@ -69,7 +69,7 @@ def test_results_gpu_tables_are_the_recorded_runs():
     """The figures RESULTS and the README quote from the H200 run are the ones in its saved JSON files."""
     root = SUITE.parents[2]
     results = (root / "bench" / "RESULTS.md").read_text()
-    readme = (root / "README.md").read_text()
+    readme = (root / "README.md").read_text() + "".join(p.read_text() for p in sorted((root / "docs").rglob("*.md")))  # README and the guide
     prof = json.loads((H200 / "rollout_profile.json").read_text())["engines"]
     base = prof["transformers.generate"]["tokens_per_s"]
     for name, label in (("transformers.generate", "transformers.generate (the peer)"), ("hf", "HFBackend, bare model")):

@@ -17,7 +17,7 @@ from workbench.paths import repo_root
 ROOT = repo_root()
 MAIN, VERL = ROOT / "requirements" / "main.txt", ROOT / "requirements" / "verl.txt"
 #: The extras `make setup` installs (the Makefile's EXTRAS).
-EXTRAS = ("dev", "verl", "trl", "faiss", "tensorboard", "trackio")
+EXTRAS = ("dev", "verl", "trl", "faiss", "tensorboard", "trackio", "docs")
 
 
 def locked(path: Path) -> dict[str, tuple[str, int]]:

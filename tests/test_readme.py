@@ -1,11 +1,15 @@
-"""Numbers the README quotes are checked against the code that produces them."""
+"""Numbers the README and the user guide (docs/) quote are checked against the code that produces them; the README
+stays a front door (short, and every page it links exists)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = README + "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").rglob("*.md")))
+"""The README and every page of the user guide."""
 
 
 def _int(s: str) -> int:
@@ -14,7 +18,7 @@ def _int(s: str) -> int:
 
 def test_world_numbers(world):
     m = re.search(r"seed (\d+), ([\d,]+) entities \(([\d,]+) named ones plus ([\d,]+) values[^)]*\), ([\d,]+) passages, "
-                  r"([\d,]+) questions", README)
+                  r"([\d,]+) questions", " ".join(README.split()))
     assert m, "README's world line changed: update this test with it"
     seed, n_ent, named, values, n_pass, n_q = (_int(g) for g in m.groups())
     assert seed == world.config.seed
@@ -33,13 +37,13 @@ def test_methods_the_readme_lists_exist():
 
 
 def test_results_sections_the_readme_names_exist():
-    """Every ``§ "Heading"`` the README cites is a heading of bench/RESULTS.md, and every ``§ Summary, "row"``
+    """Every ``§ "Heading"`` the README or the guide cites is a heading of bench/RESULTS.md, and every ``§ Summary, "row"``
     a row of its summary table, so a figure's source can be found."""
     results = (Path(__file__).resolve().parents[1] / "bench" / "RESULTS.md").read_text(encoding="utf-8")
     headings = [line.lstrip("#").strip() for line in results.splitlines() if line.startswith("#")]
     summary = results.split("## Summary", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1].strip() for line in summary.splitlines() if line.startswith("| ")]
-    flat = " ".join(README.split())  # a citation may wrap across lines
+    flat = " ".join(GUIDE.split())  # a citation may wrap across lines
     cited = re.findall(r'§ "([^"]+)"', flat)
     cited_rows = re.findall(r'§ Summary, "([^"]+)"', flat)
     assert cited and cited_rows, "the README cites no RESULTS section: update this test with it"
@@ -47,3 +51,12 @@ def test_results_sections_the_readme_names_exist():
         assert any(h.startswith(name) for h in headings), f"README cites § {name!r}, which bench/RESULTS.md lacks"
     for name in cited_rows:
         assert any(r.startswith(name) for r in rows), f"README cites the summary row {name!r}, which is not there"
+
+
+def test_the_readme_is_a_front_door():
+    """Short, and every guide page it links to exists (the guide holds the detail)."""
+    assert len(README.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#]+)", README)
+    assert links, "the README links no page of the guide"
+    for link in links:
+        assert (ROOT / link).is_file(), link

@@ -1,0 +1,65 @@
+"""The user guide builds as a site offline with ``mkdocs build --strict`` (a broken link or a docstring mkdocstrings
+cannot render fails it), its CLI reference lists every command and flag the parsers have, and its pages load nothing
+from the network."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("material")
+pytest.importorskip("mkdocstrings")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_every_page_of_the_nav_is_built(site):
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+
+    def pages(items):
+        for item in items:
+            for value in item.values():
+                yield from pages(value) if isinstance(value, list) else [value]
+
+    for page in pages(nav):
+        built = site / page.removesuffix(".md").removesuffix("index") / "index.html"
+        assert built.is_file(), page
+
+
+def test_the_cli_reference_has_every_command_and_flag(site):
+    from workbench.cli import build_parser
+
+    page = (site / "cli-reference" / "index.html").read_text(encoding="utf-8")
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        assert f"workbench {name}</code>" in page, name
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help" and action.help != argparse.SUPPRESS:
+                    assert f"<code>{flag}</code>" in page, (name, flag)
+
+
+def test_the_pages_load_nothing_from_the_network(site):
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        remote = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?:)?//[^"]+"', text)
+        assert not remote, (page, remote[:3])
