@@ -308,6 +308,39 @@ def test_served_dashboard_shows_gold_answers_and_opens_a_pair_in_chromium(runs_r
     assert width <= 1400  # every table fits the page
 
 
+def _lines(cells) -> list[list]:
+    """Each cell's text, how many lines it renders on, and whether it is cut (its text wider than the cell)."""
+    return cells.evaluate_all("""els => els.map(c => {
+        const r = document.createRange(); r.selectNodeContents(c);
+        const tops = new Set(Array.from(r.getClientRects()).filter(x => x.width > 0).map(x => Math.round(x.top)));
+        return [c.innerText, tops.size, c.scrollWidth > c.clientWidth];
+    })""")
+
+
+def test_name_columns_render_on_one_line_in_chromium(runs_root):
+    """The per-protocol table's protocol names, and the per-hop table's run ids and methods, each on one line and
+    uncut: at the tests' width and in a narrow window, where the fixed-width number columns used to squeeze a name
+    column to Tabulator's 40 px minimum ("direc" over "t")."""
+    with _served_page(runs_root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.locator(".bk-tab", has_text="Breakdowns").click()
+        hop_table = page.locator(".tabulator").filter(has=page.locator('.tabulator-col[tabulator-field="hops"]'))
+        cells = {"protocol": page.locator('.tabulator-cell[tabulator-field="protocol"]'),
+                 "run_id": hop_table.locator('.tabulator-cell[tabulator-field="run_id"]'),
+                 "method": hop_table.locator('.tabulator-cell[tabulator-field="method"]')}
+        cells["protocol"].first.wait_for(timeout=30_000)
+        for width in (1400, 700):
+            page.set_viewport_size({"width": width, "height": 1300})
+            for name, loc in cells.items():
+                for _ in range(50):  # Tabulator fits its columns to the new width
+                    seen = _lines(loc)
+                    if seen and all(n == 1 and not cut for _, n, cut in seen):
+                        break
+                    page.wait_for_timeout(100)
+                assert seen and all(n == 1 and not cut for _, n, cut in seen), (width, name, seen)
+        assert sorted(t for t, _, _ in _lines(cells["protocol"])) == ["direct", "search_r1"]
+
+
 # --------------------------------------------------------------------------- lab
 
 
@@ -452,7 +485,7 @@ def test_served_drilldown_pages_through_the_run(failed_root, monkeypatch):
     monkeypatch.setattr(dash, "PAGE_ROWS", 3)
     select, section = dash._drilldown_section(failed_root, [RUN_F])
     transcript = section[1]  # above the table: a click never moves the table
-    (prev, page, nxt, info), table = section[2]._inner_layout[0]
+    (prev, page, nxt, info), table = _pager(section)
     assert table.selection == [0] and "row 0" in transcript.object  # the first row opens at once
     assert len(table.value) == 3 and "1–3 of 4" in info.object
     nxt.clicks += 1  # page 2: the last row alone
@@ -463,6 +496,15 @@ def test_served_drilldown_pages_through_the_run(failed_root, monkeypatch):
     page.value = 1 + bad[0] // 3
     table.selection = [bad[0] % 3]  # picking a failed row shows its failure and transcript
     assert "failed: failed_tool" in transcript.object and "observation (loss mask 0)" in transcript.object
+
+
+def _pager(section):
+    """The drill-down's paging row (previous, page, next, the range shown) and its table."""
+    import panel as pn
+
+    body = section[2]._inner_layout[0]
+    (row,) = [r for r in body.select(pn.Row) if any(isinstance(o, pn.widgets.IntInput) for o in r)]
+    return tuple(row), body.select(pn.widgets.Tabulator)[0]
 
 
 def test_header_tooltips_come_from_the_schema(failed_root):

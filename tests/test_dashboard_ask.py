@@ -1,4 +1,5 @@
-"""The dashboard's Ask tab: served, in headless Chromium, a question goes in and its steps appear as they happen.
+"""The dashboard's Ask tab: served, in headless Chromium, a question goes in and its steps appear as they happen; the
+run it saves is then listed by the page (runs table, drill-down) without a reload.
 
 The model turns are scripted (and slowed down, so that the page can be seen between them); everything else is real:
 Panel's server and widgets, Chromium, the engine, BM25 over the world, the run written. The screenshot goes to
@@ -71,10 +72,22 @@ def test_ask_tab_streams_the_turns_and_saves_a_run_in_chromium(tokenizer, tmp_pa
             page.locator(".wb-ask-done").wait_for(timeout=30_000)
             assert "Firnith Stullith Truxach" in page.locator(".wb-ask-answer").inner_text()
             assert "Firnith Stullith Truxach" in page.locator(".wb-ask-done").inner_text()
+            assert page.locator(".bk-tab.bk-active").inner_text() == "Ask"
             # the gold answer given: the tab says the verdict, and the run scored it
             assert "✔ correct" in page.locator(".wb-ask-verdict").inner_text()
             shot = tmp_path / "ask.png"
             page.screenshot(path=str(shot), full_page=True)
+            # without a reload: the runs table lists the new run, the Ask tab still shows the exchange, and the
+            # Trajectories tab's run picker offers it, opened on its question
+            (run_dir,) = [d for d in root.iterdir() if d.is_dir()]
+            page.locator(".tabulator-cell", has_text=run_dir.name).first.wait_for(timeout=30_000)
+            assert page.get_by_text("No runs under").count() == 0
+            assert "Firnith Stullith Truxach" in page.locator(".wb-ask-done").inner_text()
+            assert page.locator(".bk-tab.bk-active").inner_text() == "Ask"
+            page.locator(".bk-tab", has_text="Trajectories").click()
+            assert page.locator("option", has_text=run_dir.name).count() >= 1
+            page.locator(".tabulator-row", has_text=QUESTION).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(tmp_path / "ask-listed.png"), full_page=True)
             browser.close()
     finally:
         server.stop()

@@ -123,18 +123,40 @@ def _table(df: pd.DataFrame, means: bool = False, **kw: Any):
     numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
     narrow = {c: 72 for c in numeric}
     text.update({c: _missing_number() for c in numeric})
+    # a text column the caller gives no width (a run id, a method, a protocol) shares what the fixed columns leave,
+    # which on a narrow table is Tabulator's 40 px minimum ("direc|t"): it gets a minimum that holds its longest value
+    # on one line (up to NAME_MAX_PX; a longer one wraps between words), and the table scrolls sideways instead
+    names = []
+    for c in [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c]) and c not in kw.get("widths", {})]:
+        px = _one_line_width(df[c])
+        one_line = px <= NAME_MAX_PX
+        names.append({"field": c, "minWidth": min(px, NAME_MAX_PX)})
+        if one_line:
+            names[-1]["cssClass"], text[c] = "wb-one-line", {"type": "plaintext"}
     opts = dict(disabled=True, show_index=False, sizing_mode="stretch_width", layout="fit_columns",
                 titles={c: str(c).replace("_", " ") for c in df.columns},
                 header_tooltips=column_tooltips(list(df.columns), means=means),
-                configuration={"columnDefaults": {"headerWordWrap": True}}, stylesheets=[_TABLE_CSS])
+                configuration={"columnDefaults": {"headerWordWrap": True}, "columns": names}, stylesheets=[_TABLE_CSS])
     opts.update(kw)
     opts["formatters"] = {**text, **kw.get("formatters", {})}
     opts["widths"] = {**narrow, **kw.get("widths", {})}
     return pn.widgets.Tabulator(df, **opts)
 
 
+#: Pixels a text column needs per character of its longest value to hold it on one line (Tabulator's 14 px sans-serif,
+#: wide letters included), the cell's padding, and the widest minimum such a column gets.
+NAME_PX_PER_CHAR, NAME_PAD_PX, NAME_MAX_PX = 8.5, 24, 360
+
+
+def _one_line_width(values: pd.Series) -> int:
+    """The width in px that holds a column's longest value on one line."""
+    longest = int(values.astype(str).str.len().max()) if len(values) else 0
+    return int(longest * NAME_PX_PER_CHAR + NAME_PAD_PX)
+
+
 _TABLE_CSS = """
 .tabulator-cell { overflow-wrap: break-word; word-break: normal; }
+.tabulator-cell.wb-one-line { white-space: nowrap; }
 .tabulator-col-title { white-space: normal !important; }
 """
 
@@ -279,16 +301,34 @@ def _trajectory_table(df: pd.DataFrame, pagination: str | None = "local"):
     if "failure" in df and (df["failure"].astype(str) != "").any():
         share.update(id=10, question=18, answer=11, gold=10, failed=6, failure=12)
     table = _table(df, selectable=1, page_size=15 if pagination else None, pagination=pagination,
-                   widths={c: f"{share.get(c, 4)}%" for c in df.columns})
+                   widths={c: f"{share.get(c, 4)}%" for c in df.columns}, css_classes=["wb-trajectories"])
     if "failed" in df:
         table.style.map(_red_if, subset=["failed", "failure"])
     return table
 
 
+#: The drill-down's answer filter: label -> ``TrajectoryFilter.correct``.
+CORRECTNESS = {"all answers": None, "correct": True, "wrong": False}
+
+
+def count_line(n: int, total: int, filters: q.TrajectoryFilter) -> str:
+    """How many trajectories the drill-down lists, and the filters that chose them (HTML, escaped).
+
+    >>> count_line(12, 180, q.TrajectoryFilter(correct=False, hops=(3, 4)))
+    '<b>12</b> of 180 trajectories · hops 3, 4 · answer wrong (cover-EM)'
+    """
+    active = filters.describe()
+    if not active:
+        return f"<b>{total:,}</b> trajectories"
+    return f"<b>{n:,}</b> of {total:,} trajectories · " + " · ".join(html.escape(a) for a in active)
+
+
 def _drilldown_section(runs_dir: Path, run_ids: list[str]):
-    """Served: pick a run, then a row of its trajectory table, to see the transcript. The table holds one page of
-    ``PAGE_ROWS`` rows, read when shown (``run_trajectory_table(limit=, offset=)``): a big run never goes to the
-    browser, nor into the server's memory, whole."""
+    """Served: pick a run, filter its trajectories (answer right or wrong, methods, hop counts, an F1 range, a text),
+    then pick a row of the table to see the transcript. The filters are SQL over the run's file
+    (``queries.TrajectoryFilter``), and the table holds one page of ``PAGE_ROWS`` of the rows that pass, read when shown
+    (``run_trajectory_table(limit=, offset=, filters=)``): a big run never goes to the browser, nor into the server's
+    memory, whole."""
     pn = _pn()
     if not run_ids:
         return None, pn.pane.Alert("No readable trajectories.", alert_type="info")
@@ -301,21 +341,52 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
                               styles={"overflow-y": "auto", "border-bottom": "1px solid #ddd"})
 
     def trajectories(run_id: str):
-        n, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
-        pages = max(1, -(-n // PAGE_ROWS))
-        page = pn.widgets.IntInput(name=f"page (of {pages:,})", value=1, start=1, end=pages, width=140)
+        total, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
+        methods, hop_counts = q.run_facets(runs_dir, run_id)
+        correct = pn.widgets.RadioButtonGroup(options=list(CORRECTNESS), value="all answers")
+        # labels escaped: bokeh's MultiChoice (choices.js) renders its options' labels as HTML
+        method = pn.widgets.MultiChoice(label="methods", options={html.escape(m): m for m in methods},
+                                        placeholder="all", width=300)
+        hops = pn.widgets.MultiChoice(label="hops", options={str(h): h for h in hop_counts}, placeholder="all",
+                                      width=180)
+        score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=(0.0, 1.0), step=0.05, width=180)
+        text = pn.widgets.TextInput(label="text (Enter)", placeholder="question, answer, gold or transcript", width=300)
+        page = pn.widgets.IntInput(label="page", value=1, start=1, end=1, width=140)
         prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
+        count = pn.pane.HTML(sizing_mode="stretch_width")
         info = pn.pane.Markdown(sizing_mode="stretch_width")
-        state = {"df": fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)}
+        state = {"filters": q.TrajectoryFilter(), "n": total, "pages": 1,
+                 "df": fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)}
         table = _trajectory_table(state["df"], pagination=None)
 
         def load(event: Any = None) -> None:
-            start = (page.value - 1) * PAGE_ROWS
+            start, n = (page.value - 1) * PAGE_ROWS, state["n"]
             if event is not None:
-                state["df"] = fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=start, failures=failures)
+                state["df"] = fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=start,
+                                                      failures=failures, filters=state["filters"])
                 table.selection = []
                 table.value = _rounded(state["df"])
-            info.object = f"trajectories {start + 1:,}–{min(start + PAGE_ROWS, n):,} of {n:,}"
+            info.object = f"trajectories {start + 1:,}–{min(start + PAGE_ROWS, n):,} of {n:,}" if n else ""
+
+        def paged(n: int) -> None:
+            state["n"], state["pages"] = n, max(1, -(-n // PAGE_ROWS))
+            page.param.update(end=state["pages"], label=f"page (of {state['pages']:,})")
+            count.object = f"<div class='wb-drill-count'>{count_line(n, total, state['filters'])}</div>"
+
+        def refilter(_: Any = None) -> None:  # a filter changed: count what passes, then page 1 of it
+            lo, hi = score.value
+            state["filters"] = q.TrajectoryFilter(correct=CORRECTNESS[correct.value], methods=method.value,
+                                                  hops=hops.value, score=None if (lo, hi) == (0.0, 1.0) else (lo, hi),
+                                                  text=text.value.strip())
+            paged(q.count_trajectories(runs_dir, run_id, state["filters"]))
+            if page.value != 1:
+                page.value = 1  # its watcher reads page 1
+            else:
+                load(True)
+            if len(state["df"]):
+                table.selection = [0]  # the first match opens (show() draws it)
+            else:
+                transcript.object = "<i>No trajectory passes the filters.</i>"
 
         def show(event: Any) -> None:
             if not event.new:
@@ -328,14 +399,18 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
                 transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
         page.param.watch(load, "value")
+        for w in (correct, method, hops, score, text):
+            w.param.watch(refilter, "value")
         prev.on_click(lambda _: setattr(page, "value", max(1, page.value - 1)))
-        nxt.on_click(lambda _: setattr(page, "value", min(pages, page.value + 1)))
+        nxt.on_click(lambda _: setattr(page, "value", min(state["pages"], page.value + 1)))
         table.param.watch(show, "selection")
+        paged(total)
         load()
         transcript.object = hint
         if len(state["df"]):
             table.selection = [0]  # the first trajectory opens at once (show() draws it)
-        return pn.Column(*_features_note(failures_error), pn.Row(prev, page, nxt, info), table,
+        return pn.Column(*_features_note(failures_error), pn.Row(method, hops, score, text),
+                         pn.Row(correct, align="start"), count, pn.Row(prev, page, nxt, info), table,
                          sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
@@ -352,8 +427,8 @@ def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):
     def card(run_id: str):
         n = q.run_size(runs_dir, run_id)
         df = fq.run_trajectory_table(runs_dir, run_id, limit=STATIC_ROWS)
-        cap = [pn.pane.Markdown(f"The first {STATIC_ROWS:,} of {n:,} trajectories (serve the dashboard to page "
-                                "through them all).")] if n > STATIC_ROWS else []
+        cap = [pn.pane.Markdown(f"The first {STATIC_ROWS:,} of {n:,} trajectories (serve the dashboard to filter "
+                                "them and page through them all).")] if n > STATIC_ROWS else []
         return pn.Column(*_features_note(df.attrs.get("error")), *cap, _trajectory_table(df),
                          pn.pane.HTML(_static_transcripts(runs_dir, run_id, df, n), sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
@@ -391,23 +466,50 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
     lists each run's trajectories with their transcripts as collapsible HTML instead, and there is no Ask tab.
     ``problems`` gets one line per section that could not be built. ``asker``: the
     :class:`~workbench.eval.ask.Asker` the Ask tab's questions go to (default: a new one); ``ask_paths``: whether the Ask
-    tab offers corpus files, retrieval servers and adapter paths (``ask_tab.ask_section``).
+    tab offers corpus files, retrieval servers and adapter paths (``ask_tab.ask_section``). When the Ask tab has saved
+    a run, everything that lists runs is read again (the Ask tab itself stays as it is), so the new run is there
+    without a reload.
     """
     from workbench.paths import runs_dir as default_runs_dir
 
     pn = _pn()
     root = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    header = pn.pane.HTML(_header_html(root), sizing_mode="stretch_width")
+    if static:
+        top, sections = _run_views(root, static, problems)
+        tabs = [pn.Tabs(*sections, dynamic=False, sizing_mode="stretch_width")] if sections else []
+        return pn.Column(header, *top, *tabs, sizing_mode="stretch_width", name="dashboard")
+
+    top = pn.Column(sizing_mode="stretch_width")
+    tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
+
+    def refresh(_: Any = None) -> None:
+        on_ask = len(tabs) > 0 and tabs.objects[tabs.active] is ask
+        header.object = _header_html(root)
+        top.objects, sections = _run_views(root, static, problems)
+        tabs[:] = [*sections, ("Ask", ask)]
+        if on_ask:  # the tab the question was asked in stays open
+            tabs.active = len(tabs) - 1
+
+    ask = _safe("ask", lambda: _ask_section(root, asker, ask_paths, on_saved=refresh), problems)
+    refresh()
+    return pn.Column(header, top, tabs, sizing_mode="stretch_width", name="dashboard")
+
+
+def _header_html(root: Path) -> str:
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    header = pn.pane.HTML(f"<h1>Workbench runs</h1>Runs root <code>{html.escape(str(root))}</code> · built {stamp}",
-                          sizing_mode="stretch_width")
+    return f"<h1>Workbench runs</h1>Runs root <code>{html.escape(str(root))}</code> · built {stamp}"
+
+
+def _run_views(root: Path, static: bool, problems: list[str] | None) -> tuple[list[Any], list[tuple[str, Any]]]:
+    """What the page shows of the runs under ``root``: the runs table (or a note that there are none) and the tabs that
+    list runs, as ``(name, view)``; read anew on each call."""
     runs = q.runs_table(root)
-    ask = [] if static else [("Ask", _safe("ask", lambda: _ask_section(root, asker, ask_paths), problems))]
     if runs.empty:
         msg = (f"No runs under <code>{html.escape(str(root))}</code> (a run is a folder with a <code>config.json</code>). "
                "Make one with <code>workbench demo</code>, ask the agent a question in the Ask tab, or point the "
                "dashboard at another folder with <code>--runs DIR</code>.")
-        return pn.Column(header, _box(msg, "info"), *([pn.Tabs(*ask, sizing_mode="stretch_width")] if ask else []),
-                         sizing_mode="stretch_width", name="dashboard")
+        return [_box(msg, "info")], []
 
     with_trajs = [r for r in runs["run_id"] if r in q.trajectory_sources(root).files]
     complete = set(runs.loc[~runs["status"].str.startswith("incomplete"), "run_id"])
@@ -417,15 +519,13 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
         drill = _safe("trajectories", lambda: _static_drilldown_section(root, with_trajs), problems)
     else:
         run_select, drill = _drilldown_section(root, with_trajs)
-    tabs = pn.Tabs(
+    sections = [
         ("Compare", _safe("metric comparison", lambda: _compare_section(root), problems)),
         ("Training", _safe("training curves", lambda: _training_section(root), problems)),
         ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
         ("Trajectories", drill),
         ("Question by question", _safe("question-by-question comparison", lambda: _compare_questions(root, static), problems)),
-        *ask,
-        dynamic=False, sizing_mode="stretch_width",
-    )
+    ]
     # the runs table last: the sections' queries may have found files whose data does not read
     late = q.trajectory_sources(root).errors
     runs["error"] = [e if not late.get(r) or late[r] in e else "; ".join(x for x in (e, late[r]) if x)
@@ -438,7 +538,7 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
                 run_select.value = runs.iloc[event.new[0]]["run_id"]
 
         runs_table.param.watch(pick, "selection")
-    return pn.Column(header, runs_view, tabs, sizing_mode="stretch_width", name="dashboard")
+    return [runs_view], sections
 
 
 def _compare_questions(root: Path, static: bool):
@@ -449,11 +549,11 @@ def _compare_questions(root: Path, static: bool):
     return compare_tab.compare_section(root, methods, _table)
 
 
-def _ask_section(root: Path, asker: Any, ask_paths: bool):
+def _ask_section(root: Path, asker: Any, ask_paths: bool, on_saved: Callable[[Any], None]):
     from workbench.dashboard.ask_tab import ask_section
     from workbench.eval.ask import Asker
 
-    return ask_section(root, asker if asker is not None else Asker(), allow_paths=ask_paths)
+    return ask_section(root, asker if asker is not None else Asker(), allow_paths=ask_paths, on_saved=on_saved)
 
 
 # --------------------------------------------------------------------------- serving

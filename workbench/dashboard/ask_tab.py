@@ -1,7 +1,8 @@
 """The dashboard's Ask tab: a question in, a method (with the trained adapter or without) over the world, a corpus file
 or a retrieval server; each step of each turn (thought, query, passages found, answer) appears as it happens; the
-exchange is saved as a run of kind ``ask`` under the dashboard's runs root, which the Trajectories tab (after a
-reload) and the inspector open.
+exchange is saved as a run of kind ``ask`` under the dashboard's runs root, which the inspector opens and the page's
+run lists (the runs table, the Trajectories tab...) show at once: the tab tells the page (``on_saved``), which reads the
+runs again.
 
 The questions of every browser session go to one :class:`~workbench.eval.ask.Asker` per server, which keeps the model
 loaded between questions and answers one at a time. A dashboard served to other machines (``--allow-remote``) offers
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,11 @@ def _methods() -> list[str]:
     return [DEFAULT_METHOD] + [n for name in names for n in (name, f"{name}{TRAINED}") if n != DEFAULT_METHOD]
 
 
-def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
+def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True,
+                on_saved: Callable[[Any], None] | None = None) -> Any:
     """The Ask tab for a served dashboard over ``runs_dir``; ``allow_paths``: offer corpus files, retrieval servers
-    and adapter paths (a loopback dashboard only)."""
+    and adapter paths (a loopback dashboard only); ``on_saved(run)``: called with each run the tab saves (the page
+    lists it)."""
     import panel as pn
 
     question = pn.widgets.TextAreaInput(label="Question", placeholder="Who founded Treimveex Textiles?", rows=2,
@@ -134,9 +138,17 @@ def ask_section(runs_dir: Path, asker: Asker, allow_paths: bool = True) -> Any:
                 v = judge(t.answer, answers)
                 verdict = (f" · <b class='wb-ask-verdict' style='color:{'#1b7f3b' if v.correct else '#b00020'}'>"
                            f"{'✔ correct' if v.correct else '✘ wrong'}</b> ({html.escape(v.reason())})")
+            where = ("listed in the runs table and the Trajectories tab" if on_saved is not None else
+                     "reload the page to open it in the Trajectories tab")
             status.object = note(f"<b class='wb-ask-done'>Answer: {answer}</b>{verdict} · {done.seconds:.1f}s · saved as run "
-                                 f"<code>{html.escape(done.run.path.name)}</code> (reload the page to open it in the "
-                                 "Trajectories tab)")
+                                 f"<code>{html.escape(done.run.path.name)}</code> ({where})")
+            if on_saved is not None:
+                try:
+                    on_saved(done.run)
+                except Exception as e:  # noqa: BLE001 - the answer stands; the lists show the run after a reload
+                    why = html.escape(f"{type(e).__name__}: {e}")
+                    status.object += note(f"The run lists could not be read again ({why}): reload the page to see the "
+                                          "run.", "#b00020")
         finally:
             button.disabled = False
 

@@ -161,14 +161,16 @@ def safe_run_failures(runs_dir: str | os.PathLike, run_id: str) -> tuple[pd.Data
 
 
 def run_trajectory_table(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None, offset: int = 0,
-                         failures: pd.DataFrame | None = None) -> pd.DataFrame:
-    """``queries.run_trajectories`` of one run (a page: ``limit`` rows from ``offset``) with the ``failed`` flags and
-    ``failure`` text of each row; ``failures``: that run's :func:`run_failures`, if the caller has it already.
-    A features table that does not read leaves the flags empty and its error in ``attrs["error"]``."""
+                         failures: pd.DataFrame | None = None,
+                         filters: q.TrajectoryFilter | None = None) -> pd.DataFrame:
+    """``queries.run_trajectories`` of one run (a page: ``limit`` rows from ``offset`` of those that pass ``filters``)
+    with the ``failed`` flags and ``failure`` text of each row; ``failures``: that run's :func:`run_failures`, if the
+    caller has it already. A features table that does not read leaves the flags empty and its error in
+    ``attrs["error"]``."""
     error = None
     if failures is None:
         failures, error = safe_run_failures(runs_dir, run_id)
-    out = with_failures(q.run_trajectories(runs_dir, run_id, limit=limit, offset=offset), failures)
+    out = with_failures(q.run_trajectories(runs_dir, run_id, limit=limit, offset=offset, filters=filters), failures)
     out.attrs["error"] = error
     return out
 

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.data.example import Example, as_answers, load_examples
+from workbench.eval.filters import CORRECT_METRICS, describe_filters
 from workbench.io import read_jsonl
 from workbench.runs import CONFIG, EXAMPLES, INCOMPLETE, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.trajectory import Trajectory
@@ -145,8 +146,9 @@ class _Trajectories:
 
     Columns: run_id, row (position in its file), method, protocol, dataset, hops, id, example_id, sample_idx, question,
     answer, finish_reason,
-    n_searches, n_invalid, n_policy_tokens, latency_s, em, cem, f1, format_ok (NULL where a
-    run has no such column). ``files``: ``{run_id: path}``; a row's run id is looked up by its file.
+    n_searches, n_invalid, n_policy_tokens, latency_s, em, cem, f1, format_ok, response_text (NULL where a
+    run has no such column; a query reads only the columns it names). ``files``: ``{run_id: path}``; a row's run id is
+    looked up by its file.
     """
 
     def __init__(self, files: dict[str, Path], columns: set[str] | None = None):
@@ -188,7 +190,7 @@ class _Trajectories:
                 {meta("hops", "INTEGER")} AS hops,
                 id, {col("example_id", "VARCHAR")}, {col("sample_idx", "INTEGER")}, question, answer, finish_reason,
                 {col("n_searches", "INTEGER")}, {col("n_invalid", "INTEGER")}, {col("n_policy_tokens", "INTEGER")}, {col("latency_s")},
-                {", ".join(col(m) for m in ANSWER_METRICS)}
+                {", ".join(col(m) for m in ANSWER_METRICS)}, {col("response_text", "VARCHAR")}
             FROM {source}{join}
             """
         )
@@ -346,25 +348,128 @@ def gold_answers(runs_dir: str | os.PathLike, run_id: str, example_ids: Any) -> 
     return [gold.get(e) or None if isinstance(e, str) else None for e in ids]
 
 
+@dataclass(frozen=True)
+class TrajectoryFilter:
+    """Which of a run's trajectories :func:`run_trajectories` lists, with the semantics of the inspector's filters
+    (``workbench.eval.filters.filter_trajectories``); each field's default is no filter."""
+
+    correct: bool | None = None
+    """True: right answers only, False: wrong ones only (cover-EM = 1, or F1 >= ``f1_threshold`` with
+    ``correct_metric="f1"``); a trajectory without a score passes neither."""
+    correct_metric: str = "cem"
+    f1_threshold: float = 0.5
+    methods: tuple[str, ...] = ()
+    """Methods allowed (none given: all)."""
+    hops: tuple[int, ...] = ()
+    """Hop counts allowed (none given: all; a trajectory of unknown hop count passes only then)."""
+    score: tuple[float, float] | None = None
+    """An inclusive ``(low, high)`` range of ``score_metric``; a missing score is outside every range."""
+    score_metric: str = "f1"
+    text: str = ""
+    """A case-insensitive substring, taken literally, of the question, the answer, the gold aliases or the transcript
+    (every turn's text)."""
+
+    def __post_init__(self):
+        # lists and numpy values as given by widgets, held as tuples of plain values: filters compare by value
+        object.__setattr__(self, "methods", tuple(str(m) for m in self.methods))
+        object.__setattr__(self, "hops", tuple(int(h) for h in self.hops))
+        if self.score is not None:
+            object.__setattr__(self, "score", (float(self.score[0]), float(self.score[1])))
+        if self.correct_metric not in CORRECT_METRICS:
+            raise ValueError(f"correct_metric {self.correct_metric!r}; valid: {', '.join(CORRECT_METRICS)}")
+        if self.score_metric not in ANSWER_METRICS:
+            raise ValueError(f"score_metric {self.score_metric!r}; valid: {', '.join(ANSWER_METRICS)}")
+
+    def __bool__(self) -> bool:
+        return self != TrajectoryFilter()
+
+    def describe(self) -> list[str]:
+        """The active filters as short phrases, as the inspector names them ([] when none is set).
+
+        >>> TrajectoryFilter(correct=False, hops=(3, 4), text="Ostrevia").describe()
+        ['hops 3, 4', 'answer wrong (cover-EM)', 'text “Ostrevia”']
+        """
+        out = describe_filters(method=list(self.methods) or None, hops=list(self.hops) or None, correct=self.correct,
+                               correct_metric=self.correct_metric, f1_threshold=self.f1_threshold)
+        if self.score is not None:
+            out.append(f"{self.score_metric} {self.score[0]:g}–{self.score[1]:g}")
+        return out + describe_filters(text=self.text)
+
+    def where(self, gold: dict[str, str]) -> tuple[str, list[Any]]:
+        """``(sql, params)``: this filter as a WHERE condition over ``t`` ("TRUE" when none is set). Every value is a
+        parameter, never a piece of the SQL text (the text is typed by whoever opens the page). ``gold``: each example
+        id's aliases (:func:`run_gold`), searched here in Python: they live in ``examples.jsonl``."""
+        conds, params = [], []
+        if self.methods:
+            conds.append("list_contains(?::VARCHAR[], method)")
+            params.append([str(m) for m in self.methods])
+        if self.hops:
+            conds.append("list_contains(?::INTEGER[], hops)")
+            params.append([int(h) for h in self.hops])
+        if self.correct is not None:  # a NULL score compares as neither
+            cut = 0.5 if self.correct_metric == "cem" else float(self.f1_threshold)  # cover-EM is 0 or 1
+            conds.append(f"{self.correct_metric} {'>=' if self.correct else '<'} ?")
+            params.append(cut)
+        if self.score is not None:
+            conds.append(f"{self.score_metric} BETWEEN ? AND ?")
+            params += list(self.score)
+        if self.text:
+            needle = self.text.lower()
+            in_gold = [e for e, aliases in gold.items() if needle in aliases.lower()]
+            conds.append("(" + " OR ".join(f"contains(lower(COALESCE({c}, '')), ?)" for c in
+                                          ("question", "answer", "response_text"))
+                         + " OR list_contains(?::VARCHAR[], example_id))")
+            params += [needle, needle, needle, in_gold]
+        return " AND ".join(conds) or "TRUE", params
+
+
 def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None,
-                     offset: int = 0) -> pd.DataFrame:
+                     offset: int = 0, filters: TrajectoryFilter | None = None) -> pd.DataFrame:
     """The trajectories of one run: row, id, method, question, answer, gold (the example's aliases, from
     ``examples.jsonl``), cem, f1, n_searches, finish_reason.
 
     ``row`` (position in the file) identifies a trajectory: ids repeat across methods. Only these
-    columns are read (never the turns); ``limit`` / ``offset`` page through a big run (rows
-    ``offset .. offset + limit - 1``; the run's size is ``trajectory_counts``' ``n_trajectories``).
+    columns are read (never the turns, unless a text filter searches them); ``limit`` / ``offset`` page through a big
+    run: rows ``offset .. offset + limit - 1`` of those that pass ``filters``, in file order (how many pass:
+    :func:`count_trajectories`).
     """
     src = trajectory_sources(runs_dir)
     if run_id not in src.files:
         return pd.DataFrame(columns=TRAJECTORY_COLUMNS)
     t = _Trajectories({run_id: src.files[run_id]})
     columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS if c != "gold")
-    # a range of positions, not LIMIT/OFFSET after a sort: DuckDB skips the row groups outside it
-    end = f' AND "row" < {int(offset) + int(limit)}' if limit is not None else ""
-    df = t.df(f'SELECT {columns}, example_id FROM t WHERE "row" >= {int(offset)}{end} ORDER BY "row"')
+    if filters:
+        where, params = filters.where(run_gold(runs_dir, run_id))
+        page = " LIMIT ? OFFSET ?" if limit is not None else " OFFSET ?"
+        params += [int(limit), int(offset)] if limit is not None else [int(offset)]
+        df = t.df(f'SELECT {columns}, example_id FROM t WHERE {where} ORDER BY "row"{page}', params)
+    else:  # a range of positions, not LIMIT/OFFSET after a sort: DuckDB skips the row groups outside it
+        end = f' AND "row" < {int(offset) + int(limit)}' if limit is not None else ""
+        df = t.df(f'SELECT {columns}, example_id FROM t WHERE "row" >= {int(offset)}{end} ORDER BY "row"')
     df.insert(TRAJECTORY_COLUMNS.index("gold"), "gold", gold_answers(runs_dir, run_id, df.pop("example_id")))
     return df
+
+
+def count_trajectories(runs_dir: str | os.PathLike, run_id: str, filters: TrajectoryFilter | None = None) -> int:
+    """How many of a run's trajectories pass ``filters`` (without filters: the file's size, from its footer)."""
+    if not filters:
+        return run_size(runs_dir, run_id)
+    src = trajectory_sources(runs_dir)
+    if run_id not in src.files:
+        return 0
+    where, params = filters.where(run_gold(runs_dir, run_id))
+    n = _Trajectories({run_id: src.files[run_id]}).df(f"SELECT count(*) AS n FROM t WHERE {where}", params)["n"][0]
+    return int(n)
+
+
+def run_facets(runs_dir: str | os.PathLike, run_id: str) -> tuple[list[str], list[int]]:
+    """The methods and the known hop counts of a run's trajectories (sorted): what its filters offer."""
+    src = trajectory_sources(runs_dir)
+    if run_id not in src.files:
+        return [], []
+    df = _Trajectories({run_id: src.files[run_id]}).df("SELECT DISTINCT method, hops FROM t")
+    return (sorted({str(m) for m in df["method"].dropna()}),
+            sorted({int(h) for h in df["hops"].dropna()}))
 
 
 SOURCE_COLUMNS = ["row", "example_id", "sample_idx", "question", "answer", "em", "cem", "f1", "n_searches",

@@ -1,0 +1,160 @@
+"""The drill-down's filters: SQL over one run's file (``queries.TrajectoryFilter``), the count of what passes, pages of
+it, and the served page's filter widgets and count line (headless Chromium).
+
+The run: two methods over four questions whose texts hold SQL's pattern characters (``%``, ``_``) and a quote, so
+that a text filter taken as a LIKE pattern, or pasted into the SQL, would match (or break) where a literal one does
+not. ``direct`` answers "Ada Quist" (right on f1 and f2); ``search_r1`` searches "Hallervik" and answers "Ostrevia"
+(right on f3 and f4). Rows: direct f1-f4 are 0-3, search_r1 f1-f4 are 4-7.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_dashboard import _eval_run, _served_page
+from workbench.dashboard import app as dash
+from workbench.dashboard import queries as q
+from workbench.data.example import Example
+
+RUN = "20261124-100000-eval-filters"
+EXAMPLES = [Example("f1", "Who founded 100% Mills?", ["Ada Quist"], dataset="world", hops=1),
+            Example("f2", "Who founded 100x Mills?", ["Ada Quist"], dataset="world", hops=2),
+            Example("f3", "Where is O'Hara_Bay?", ["Ostrevia"], dataset="world", hops=2),
+            Example("f4", "Where is O'HaraXBay?", ["Ostrevia"], dataset="world", hops=3)]
+F = q.TrajectoryFilter
+
+
+@pytest.fixture(scope="module")
+def filter_root(tmp_path_factory, tokenizer) -> Path:
+    root = tmp_path_factory.mktemp("filter-runs")
+    _eval_run(root, RUN, tokenizer, EXAMPLES, {
+        "direct": ["<answer> Ada Quist </answer>"],
+        "search_r1": ["<search> Hallervik </search>", "<answer> Ostrevia </answer>"],
+    }, "world")
+    return root
+
+
+def _rows(root: Path, filters: F, **page) -> list[int]:
+    return q.run_trajectories(root, RUN, filters=filters, **page)["row"].tolist()
+
+
+def test_the_run_is_as_the_module_says(filter_root):
+    df = q.run_trajectories(filter_root, RUN)
+    assert df["row"].tolist() == list(range(8))
+    assert df["method"].tolist() == ["direct"] * 4 + ["search_r1"] * 4
+    assert df["cem"].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    assert q.run_facets(filter_root, RUN) == (["direct", "search_r1"], [1, 2, 3])
+
+
+@pytest.mark.parametrize("filters,rows", [
+    (F(), list(range(8))),
+    (F(correct=True), [0, 1, 6, 7]),
+    (F(correct=False), [2, 3, 4, 5]),
+    (F(correct=True, correct_metric="f1", f1_threshold=0.9), [0, 1, 6, 7]),
+    (F(methods=("search_r1",)), [4, 5, 6, 7]),
+    (F(hops=(2, 3)), [1, 2, 3, 5, 6, 7]),
+    (F(score=(0.5, 1.0)), [0, 1, 6, 7]),
+    (F(score=(0.0, 0.2), score_metric="cem"), [2, 3, 4, 5]),
+    (F(correct=False, hops=(2, 3)), [2, 3, 5]),  # filters combine: all must pass
+    (F(correct=False, hops=(2, 3), methods=("direct",)), [2, 3]),
+    (F(text="HALLERVIK"), [4, 5, 6, 7]),  # the transcript (search_r1's query), any case
+    (F(text="ostrevia", methods=("direct",)), [2, 3]),  # direct's gold, not its answer
+])
+def test_filters_select_and_count_the_same_rows(filter_root, filters, rows):
+    assert _rows(filter_root, filters) == rows
+    assert q.count_trajectories(filter_root, RUN, filters) == len(rows)
+
+
+def test_pages_run_over_the_rows_that_pass(filter_root):
+    wrong = F(correct=False)  # rows 2, 3, 4, 5
+    assert _rows(filter_root, wrong, limit=3, offset=0) == [2, 3, 4]
+    assert _rows(filter_root, wrong, limit=3, offset=3) == [5]
+    assert _rows(filter_root, wrong, limit=3, offset=6) == []
+    assert _rows(filter_root, F(), limit=3, offset=6) == [6, 7]  # without filters: a range of positions, as before
+
+
+@pytest.mark.parametrize("text,rows", [
+    ("100%", [0, 4]),  # as a LIKE pattern it would match "100x" too
+    ("_bay", [2, 6]),  # as a LIKE pattern "_" would match the "X" of O'HaraXBay
+    ("o'hara", [2, 3, 6, 7]),  # a quote is a character like another
+    ("x') OR TRUE --", []),
+    ("%", [0, 4]),
+    ("_", [2, 6]),
+    ("\\", []),
+])
+def test_the_text_is_literal_and_never_part_of_the_sql(filter_root, text, rows):
+    filters = F(text=text)
+    assert _rows(filter_root, filters) == rows
+    assert q.count_trajectories(filter_root, RUN, filters) == len(rows)
+    sql, params = filters.where(q.run_gold(filter_root, RUN))
+    assert text.lower() in params and (len(text) == 1 or text.lower() not in sql)  # a parameter, never SQL text
+
+
+def test_a_filter_checks_its_metrics_and_names_itself():
+    assert not F() and F(text="x") and F(methods=["direct"]) == F(methods=("direct",))
+    with pytest.raises(ValueError, match="correct_metric"):
+        F(correct_metric="reward")
+    with pytest.raises(ValueError, match="score_metric"):
+        F(score_metric="1; DROP TABLE t")
+    assert F(correct=False, hops=[3, 4], text="Ostrevia", score=(0.2, 1)).describe() == [
+        "hops 3, 4", "answer wrong (cover-EM)", "f1 0.2–1", "text “Ostrevia”"]
+    assert dash.count_line(8, 8, F()) == "<b>8</b> trajectories"
+    assert dash.count_line(0, 8, F(text="<b>")) == "<b>0</b> of 8 trajectories · text “&lt;b&gt;”"
+
+
+def test_a_filter_change_counts_again_and_goes_back_to_page_1(filter_root, monkeypatch):
+    import panel as pn
+
+    monkeypatch.setattr(dash, "PAGE_ROWS", 3)
+    _, section = dash._drilldown_section(filter_root, [RUN])
+    body = section[2]._inner_layout[0]
+    (count,) = [p for p in body.select(pn.pane.HTML) if "wb-drill-count" in p.object]
+    page, table = body.select(pn.widgets.IntInput)[0], body.select(pn.widgets.Tabulator)[0]
+    (correct,), text = body.select(pn.widgets.RadioButtonGroup), body.select(pn.widgets.TextInput)[0]
+    hops = next(w for w in body.select(pn.widgets.MultiChoice) if w.label == "hops")
+    assert "<b>8</b> trajectories" in count.object and page.end == 3
+    page.value = 3
+    assert table.value["row"].tolist() == [6, 7]
+    correct.value = "wrong"
+    assert page.value == 1 and page.end == 2 and table.value["row"].tolist() == [2, 3, 4]
+    assert "<b>4</b> of 8 trajectories · answer wrong (cover-EM)</div>" in count.object
+    assert table.selection == [0] and "row 2" in section[1].object  # the first match opens
+    hops.value = [2, 3]
+    text.value = "Hara_Bay"
+    assert table.value["row"].tolist() == [2] and page.end == 1
+    assert "<b>1</b> of 8 trajectories · hops 2, 3 · answer wrong (cover-EM) · text “Hara_Bay”</div>" in count.object
+    text.value = "nothing like it"
+    assert table.value.empty and "No trajectory passes the filters" in section[1].object
+
+
+def test_filters_in_the_served_page_in_chromium(filter_root, tmp_path):
+    """As a reader would: in the Trajectories tab, "wrong" and a text typed (Enter) narrow the table; the count line
+    names the filters and says how many pass; the table holds those rows."""
+    with _served_page(filter_root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        count = page.locator(".wb-drill-count")
+        rows = page.locator(".wb-trajectories .tabulator-row")
+        count.wait_for(timeout=30_000)
+        assert count.inner_text().strip() == "8 trajectories" and rows.count() == 8
+        page.get_by_role("button", name="wrong", exact=True).click()
+        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+        assert "answer wrong (cover-EM)" in count.inner_text()
+        _wait_rows(page, rows, 4)
+        page.get_by_placeholder("question, answer, gold or transcript").fill("o'hara_bay")
+        page.get_by_placeholder("question, answer, gold or transcript").press("Enter")
+        page.get_by_text("1 of 8 trajectories").wait_for(timeout=30_000)
+        assert count.inner_text().strip() == "1 of 8 trajectories · answer wrong (cover-EM) · text “o'hara_bay”"
+        _wait_rows(page, rows, 1)
+        assert "O'Hara_Bay" in rows.first.inner_text()
+        page.screenshot(path=str(tmp_path / "filters.png"), full_page=True)
+
+
+def _wait_rows(page, rows, n: int) -> None:
+    for _ in range(100):
+        if rows.count() == n:
+            return
+        page.wait_for_timeout(100)
+    assert rows.count() == n
