@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ast
 import json
+import platform
 
 import pytest
 
-from workbench.notebooks import notebooks_dir
+from workbench.notebooks import normal_form, notebooks_dir
 
 NOTEBOOKS = sorted(notebooks_dir().glob("*.ipynb"))
 
@@ -33,3 +34,16 @@ def test_one_literal_parameters_cell_and_no_outputs(path):
         if c["cell_type"] == "code":
             assert c.get("outputs") == [] and c.get("execution_count") is None, f"{path.name} has outputs"
     assert nb["cells"][0]["cell_type"] == "markdown" and nb["cells"][-1]["cell_type"] == "markdown"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_notebook_is_saved_as_jupyterlab_saves_it(path):
+    """Opening an unedited notebook in JupyterLab leaves it unchanged: it already holds what JupyterLab writes on
+    opening it (the kernel's kernelspec and full language_info, nbformat 4.5 cell ids, nbformat's JSON layout)."""
+    text = path.read_text(encoding="utf-8")
+    info = json.loads(text)["metadata"]["language_info"]
+    # the kernel reports its own Python release: the locks' minor release, whichever patch release runs this
+    assert info["version"].split(".")[:2] == platform.python_version().split(".")[:2], info
+    assert text == normal_form(path, python_version=info["version"]), (
+        f"{path.name} is not in the form JupyterLab saves: run "
+        f"Path(p).write_text(workbench.notebooks.normal_form(p)) on it")

@@ -47,6 +47,33 @@ def notebook_path(name: str) -> Path:
     return p
 
 
+#: The kernelspec of the ``workbench`` kernel as ``make setup`` registers it (and JupyterLab copies into a notebook).
+KERNELSPEC = {"display_name": "Python (workbench)", "language": "python", "name": KERNEL}
+
+
+def normal_form(path: str | os.PathLike, python_version: str | None = None) -> str:
+    """The text JupyterLab saves for the notebook at ``path`` right after opening it with the workbench kernel.
+
+    JupyterLab writes the running kernel's ``kernelspec`` and full ``language_info`` into the notebook's metadata
+    when the kernel starts, so a committed notebook that lacks a field of them shows as changed before anyone
+    edits it. The normal form: nbformat 4.5 (cell ids), those two fields as the kernel reports them (ipykernel's
+    ``language_info``; ``python_version`` in place of this interpreter's, as its ``version``), nbformat's JSON
+    layout and a final newline. ``Path(p).write_text(normal_form(p))`` puts a notebook in it.
+    """
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb = nbformat.read(str(path), as_version=4)
+    if nb.nbformat_minor < 5:  # JupyterLab saves 4.5, which gives each cell an id
+        nb = nbformat.v4.upgrade(nb, from_version=4, from_minor=nb.nbformat_minor)
+    nbformat.validate(nb)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = dict(IPythonKernel.language_info)
+    if python_version:
+        nb.metadata["language_info"]["version"] = python_version
+    return nbformat.writes(nb) + "\n"
+
+
 def kernel_name(preferred: str = KERNEL) -> str:
     """The ``workbench`` kernel when installed (``make setup`` registers it), else ``python3``."""
     from jupyter_client.kernelspec import KernelSpecManager
