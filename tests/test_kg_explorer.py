@@ -4,14 +4,31 @@ figure, the agent's KG searches (scripted DynaSearcher turns), and notebook 03 t
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from widgets.kg_explorer import GOLD, find_entity, key_nodes, kg_explorer, network_layout
+from tests.test_notebook_pages import CHROMIUM, CHROMIUM_ARGS
+from widgets.kg_explorer import (
+    GOLD,
+    find_entity,
+    key_nodes,
+    kg_explorer,
+    label_lines,
+    labelled_nodes,
+    network_layout,
+)
 from workbench.tools.base import Triple
-from workbench.tools.kg.explore import TripleSet, gold_path_recall, gold_triples, neighbourhood
+from workbench.tools.kg.explore import Neighbourhood, TripleSet, gold_path_recall, gold_triples, neighbourhood
+
+#: The node labels drawn under an element: each SVG text of a scatter trace, its lines joined by spaces.
+LABELS_UNDER = ("(root) => [...root.querySelectorAll('.textpoint text')].map(t => {"
+                " const lines = [...t.querySelectorAll('tspan.line')];"
+                " return (lines.length ? lines.map(l => l.textContent) : [t.textContent]).join(' '); })")
 
 
 @pytest.fixture(scope="module")
@@ -135,17 +152,123 @@ def test_gold_path_edges_are_highlighted(world):
     assert len(exp.fig.data[2].x) == 0 and GOLD not in nodes.marker.line.color
 
 
-def test_the_nodes_that_matter_are_labelled_at_any_size(world):
-    ex = max((e for e in world.split("dev") if len(e.kg_path) == 2), key=lambda e: len(bfs(world, e.meta["anchors"][0], 2)))
-    exp = kg_explorer(world, question=ex.id, hops=3, max_nodes=120).explorer
-    nb, nodes = exp.neighbourhood, exp.fig.data[4]
-    assert len(nb.nodes) > 40  # more than max_labels: only the nodes that matter carry a name
-    labelled = {n for n, t in zip(nb.nodes, nodes.text) if t}
-    gold = {n for t in gold_triples(ex) for n in (t.head_id, t.tail_id)}
-    assert labelled == key_nodes(nb, exp.gold, exp.returned, [ex.meta["anchors"][0]]) and gold | {nb.center} <= labelled
-    assert all(t.startswith("<b>") for t in nodes.text if t)
-    assert "set <code>run_dir</code> in the notebook's parameters cell" in exp.returned_html.value  # no run
-    assert "gold answer <code>" in exp.returned_html.value
+def _label(text: str) -> str:
+    """A node's label as a reader sees it: tags dropped, line breaks as spaces."""
+    return html.unescape(re.sub(r"<[^>]+>", "", text.replace("<br>", " ")))
+
+
+def _connected(nb) -> bool:
+    """Every drawn node is reached from the centre over the drawn edges (no island)."""
+    adj: dict[str, set[str]] = {}
+    for t in nb.edges:
+        adj.setdefault(t.head_id, set()).add(t.tail_id)
+        adj.setdefault(t.tail_id, set()).add(t.head_id)
+    seen, todo = {nb.center}, [nb.center]
+    while todo:
+        for m in adj.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen >= set(nb.nodes)
+
+
+@pytest.fixture(scope="module")
+def crowded(world):
+    """A question whose 2-hop neighbourhood is crowded (more than 40 of the 60 nodes the view allows) and whose gold
+    path names an entity longer than 24 characters."""
+    return next(e for e in world.split("dev") if len(e.kg_path) == 2
+                and any(len(d[k]) > 24 for d in e.kg_path for k in ("head", "tail"))
+                and len(bfs(world, e.meta["anchors"][0], 2)) > 40)
+
+
+def test_the_gold_path_and_the_centre_are_labelled_in_full_at_every_depth(world, crowded):
+    exp = kg_explorer(world, question=crowded.id, hops=1, max_nodes=60).explorer
+    gold = {n for t in gold_triples(crowded) for n in (t.head_id, t.tail_id)}
+    for hops in (1, 2, 3, 2, 1, 3, 1, 2):  # each way: 3 → 2, 2 → 1, 1 → 3 ...
+        exp.hops_w.value = hops
+        nb, nodes = exp.neighbourhood, exp.fig.data[4]
+        text = dict(zip(nb.nodes, nodes.text))
+        for n in gold | {nb.center}:  # bold, the whole name (wrapped between words)
+            assert text[n].startswith("<b>") and _label(text[n]) == nb.names[n], (hops, n, text[n])
+        assert max(len(nb.names[n]) for n in gold) > 24
+        assert all(h.startswith(f"<b>{html.escape(nb.names[n])}</b>") for n, h in zip(nb.nodes, nodes.hovertext))
+        assert exp.view.outputs[0]["data"]["application/vnd.plotly.v1+json"]["data"][4]["text"] == list(nodes.text)
+        labelled = {n for n, t in text.items() if t}
+        key = key_nodes(nb, exp.gold, exp.returned, [crowded.meta["anchors"][0]])
+        assert key <= labelled and all(text[n].startswith("<b>") == (n in key) for n in labelled)
+        if hops == 2:  # crowded: other nodes where their label fits, not only the ones that matter
+            assert len(nb.nodes) > 40 and len(labelled) > len(key) + 5 and len(labelled) < len(nb.nodes)
+
+
+def test_a_label_is_drawn_where_it_fits():
+    nb = Neighbourhood(center="a", hops=1, nodes=["a", "b", "c", "d"], depth={"a": 0, "b": 1, "c": 1, "d": 1},
+                       edges=[], names={"a": "Alpha", "b": "Beta", "c": "Gamma", "d": "A much longer name than most"})
+    pos = {"a": (0.0, 0.0), "b": (0.0, 0.0), "c": (1.0, 0.0), "d": (1.0, 0.01)}
+    assert labelled_nodes(nb, pos, {"a"}) == {"a", "c"}  # b sits on a's label, d on c's
+    assert labelled_nodes(nb, pos, {"a", "b", "d"}) == {"a", "b", "d"}  # the ones that matter at any size
+    assert label_lines("A much longer name than most") == ["A much longer name", "than most"]
+    assert label_lines("Supercalifragilisticexpialidocious") == ["Supercalifragilisticexpialidocious"]
+
+
+def test_a_typed_entity_takes_the_question_with_it(world, kg, crowded):
+    exp = kg_explorer(world, question=crowded.id, hops=2, max_nodes=60).explorer
+    examples = [e for e in world.split("dev") if e.kg_path]
+    on_paths = {d[k] for e in examples for d in e.kg_path for k in ("head_id", "tail_id")}
+
+    def shows_no_stale_path() -> None:
+        nb, c = exp.neighbourhood, exp.neighbourhood.center
+        assert exp.example is None or any(c in (d["head_id"], d["tail_id"]) for d in exp.example.kg_path)
+        assert _connected(nb) and exp.question_w.value == (exp.example.id if exp.example else "")
+        (x0, x1), (y0, y1) = exp.fig.layout.xaxis.range, exp.fig.layout.yaxis.range
+        xs, ys = [exp.positions[n][0] for n in nb.nodes], [exp.positions[n][1] for n in nb.nodes]
+        assert x0 < min(xs) and max(xs) < x1 and y0 < min(ys) and max(ys) < y1  # the axes fit the new nodes ...
+        assert max((max(xs) - min(xs)) / (x1 - x0), (max(ys) - min(ys)) / (y1 - y0)) > 0.8  # ... and they fill them
+
+    tail = crowded.kg_path[-1]["tail_id"]  # on the question's path: the question stays
+    exp.entity_w.value = tail
+    assert exp.neighbourhood.center == tail and exp.example.id == crowded.id and len(exp.fig.data[2].x) == 6
+    shows_no_stale_path()
+    free = next(i for i in kg.entity_ids if i not in on_paths and len(neighbourhood(kg, i, 1).nodes) > 1)
+    exp.entity_w.value = free  # on no question's path: no question, nothing gold
+    assert exp.neighbourhood.center == free and exp.example is None and len(exp.fig.data[2].x) == 0
+    assert GOLD not in exp.fig.data[4].marker.line.color and "Pick a question" in exp.returned_html.value
+    assert all(d is not None for d in exp.neighbourhood.depth.values())
+    shows_no_stale_path()
+    exp.select_question(crowded.id)
+    other = next(e for e in examples if not {d[k] for d in e.kg_path for k in ("head_id", "tail_id")} & {
+        d[k] for d in crowded.kg_path for k in ("head_id", "tail_id")})
+    exp.match_w.options = [("other", other.meta["anchors"][0]), *exp.match_w.options]
+    exp.match_w.value = other.meta["anchors"][0]  # another match picked: a question through it
+    assert exp.example is not None and exp.example.id != crowded.id
+    shows_no_stale_path()
+
+
+def test_gold_path_labels_are_drawn_in_the_browser(world, crowded, tmp_path):
+    """The figure as a browser draws it (its saved HTML, headless Chromium): at 2 hops (crowded), 3 hops and back to
+    2, every label the figure holds is drawn as SVG text, the gold path's and the centre's in full."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from widgets.figures import save_figure
+
+    exp = kg_explorer(world, question=crowded.id, hops=2, max_nodes=60).explorer
+    pages = []
+    for hops in (2, 3, 2):
+        exp.hops_w.value = hops
+        nb = exp.neighbourhood
+        want = {_label(t) for t in exp.fig.data[4].text if t}
+        names = {nb.names[n] for t in gold_triples(crowded) for n in (t.head_id, t.tail_id)} | {nb.names[nb.center]}
+        pages.append((hops, save_figure(exp.fig, tmp_path / f"{len(pages)}-{hops}.html"), want, names))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        pg = browser.new_page(viewport={"width": 1000, "height": 700})
+        pg.route("http*://**", lambda route: route.abort())
+        for hops, page, want, names in pages:
+            pg.goto(page.as_uri())
+            pg.wait_for_selector(".js-plotly-plot .textpoint text", timeout=30_000)
+            drawn = set(pg.evaluate(f"() => ({LABELS_UNDER})(document)"))
+            assert drawn == want and names <= drawn, (hops, names - drawn, want ^ drawn)
+        browser.close()
 
 
 def test_triple_set_matches_by_ids_or_names():

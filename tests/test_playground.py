@@ -107,6 +107,22 @@ def test_slider_moves_rescore_figures_and_table(table):
     assert box.metrics()["keep_rate_new"] == pytest.approx(1 / 3)  # g1 only: g2 all equal, g3 alone
 
 
+PLOTLY = "application/vnd.plotly.v1+json"
+
+
+def test_each_view_holds_its_whole_figure(table):
+    """What a page opened or reloaded later draws: each figure's view holds the whole figure as it is now in its
+    synced outputs, not only as changes sent to the views open at the time."""
+    box = reward_playground(table, "dynasearcher")
+    box.set(params={"alpha": 2.0}, weights={"r_gain": 0.5})
+    for name, fig in box.figures.items():
+        (out,) = box.views[name].outputs
+        shown = out["data"][PLOTLY]
+        assert [list(t["y"]) for t in shown["data"]] == [list(t.y) for t in fig.data], name
+        assert shown["layout"]["title"]["text"] == fig.layout.title.text
+    assert box.views["components"] in box.children and box.views["total"] in box.children[5].children
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_changing_preset_rebuilds_controls(table, name):
     start = "dspo" if name != "dspo" else "dynasearcher"

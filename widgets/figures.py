@@ -5,10 +5,13 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import plotly.graph_objects as go
+
+if TYPE_CHECKING:
+    import ipywidgets as W
 
 #: The one copy of plotly.js that saved figures (and the static dashboard) beside it load.
 PLOTLY_JS = "plotly.min.js"
@@ -107,6 +110,35 @@ def externalize_plotlyjs(page: str, path: str | os.PathLike) -> str:
         parts += [page[last : m.start()], f'<script type="text/javascript" src="{src}"></script>' if i == 0 else ""]
         last = m.end()
     return "".join(parts) + page[last:]
+
+
+# --------------------------------------------------------------------------- figures inside widgets
+# A view whose figures follow its controls draws each figure, whole, into an ``Output`` widget on every change.
+# Not a ``go.FigureWidget`` updated in place: its updates reach the browser as one-off messages (restyle, relayout)
+# that a view created later never sees (a reloaded page; a view made while the browser still loads the widget's
+# module), and its synced state keeps the traces it was created with, because plotly refreshes that state only
+# when the figure itself is displayed, not as a child of a box: a reloaded page shows it empty. And plotly.js,
+# redrawing a scatter trace in place, draws no text label again at a point whose label was once empty. An
+# ``Output`` widget's outputs are synced state, and each change is a fresh plot.
+
+
+def figure_view(fig: go.Figure) -> W.Output:
+    """An ``ipywidgets.Output`` showing ``fig``; :func:`redraw` it after changing the figure."""
+    import ipywidgets
+
+    out = ipywidgets.Output()
+    redraw(out, fig)
+    return out
+
+
+def redraw(out: W.Output, fig: go.Figure) -> None:
+    """Show ``fig`` in the ``Output`` widget ``out`` instead of what it showed: plotly's own mime bundle (JupyterLab
+    draws it; a static rendering reads it), set as the widget's outputs, so it needs no kernel to be shown."""
+    import plotly.io as pio
+
+    bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
+    text = f"<plotly figure: {fig.layout.title.text or 'untitled'}>"
+    out.outputs = ({"output_type": "display_data", "metadata": {}, "data": {**bundle, "text/plain": text}},)
 
 
 # --------------------------------------------------------------------------- executed notebooks

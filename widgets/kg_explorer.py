@@ -6,7 +6,8 @@ Views only: entity matching and 1-hop triples come from :class:`workbench.tools.
 The computations live in :mod:`workbench.tools.kg.explore` (:func:`neighbourhood`, a breadth-first
 walk over ``KnowledgeGraph.triples_of``, :func:`gold_triples`, :func:`kg_calls`,
 :func:`gold_path_recall`); here :func:`network_layout` (networkx's spring layout with a fixed seed,
-so a figure is the same on every run) and the figures.
+so a figure is the same on every run), which nodes carry a label (:func:`labelled_nodes`) and the
+figures, each drawn whole into an ``Output`` widget on every change (:func:`widgets.figures.redraw`).
 
     >>> box = kg_explorer(load_world(), run, entity="Shadows over Gerndo", hops=2)  # doctest: +SKIP
     >>> box.explorer.neighbourhood.nodes[:3]                                        # doctest: +SKIP
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import html
 import os
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from typing import Any
 
 import ipywidgets as W
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from widgets.figures import figure_view, redraw
 from workbench.data.example import Example
 from workbench.eval.compare import MISSING, judge, show
 from workbench.tools.base import Triple
@@ -46,6 +48,12 @@ from workbench.trajectory import Trajectory
 HOP_COLOURS = ("#1f3b73", "#4a7bd0", "#8fb3e8", "#c9dbf5")
 OUTSIDE_COLOUR = "#bdbdbd"
 GOLD, RETURNED, EDGE = "#d62728", "#ff9f1c", "#b0b0b0"
+#: Node labels: font size (px) and the characters per line they wrap at (between words; a name is never cut).
+LABEL_SIZE, LABEL_WRAP = 9, 20
+#: The network figure's height (px) and margins; the plot area the label fit assumes is at least ``FIT_WIDTH`` px wide.
+HEIGHT, MARGIN, FIT_WIDTH = 560, {"l": 10, "r": 10, "t": 40, "b": 10}, 700
+#: Room around the nodes, as a share of their extent (more at the top, where labels sit above their node).
+PAD, PAD_TOP = 0.08, 0.14
 
 
 # ----------------------------------------------------------------------------- graph access
@@ -109,13 +117,58 @@ def key_nodes(nb: Neighbourhood, gold: TripleSet | None = None, returned: Triple
     return {n for n in nb.nodes if n in ids or normalize_name(nb.names.get(n, n)) in names}
 
 
+def label_lines(name: str) -> list[str]:
+    """A name in lines of at most ``LABEL_WRAP`` characters, broken between words (a longer word keeps a line of
+    its own): the whole name, never cut."""
+    return textwrap.wrap(name, LABEL_WRAP, break_long_words=False, break_on_hyphens=False) or [name]
+
+
+def plot_ranges(pos: Mapping[str, tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The x and y ranges that fit these positions with room around them (for labels: more above), so each new
+    neighbourhood fills the view whatever the previous one was."""
+    xs, ys = [p[0] for p in pos.values()] or [0.0], [p[1] for p in pos.values()] or [0.0]
+    span = max(max(xs) - min(xs), max(ys) - min(ys), 1e-9)
+    return ([min(xs) - PAD * span, max(xs) + PAD * span], [min(ys) - PAD * span, max(ys) + PAD_TOP * span])
+
+
+def labelled_nodes(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], key: Iterable[str]) -> set[str]:
+    """The nodes whose name is drawn: every ``key`` node (at any size), then each other node, in breadth-first order,
+    whose label would not overlap a label already placed (the others show their name on hover).
+
+    The fit is an estimate: a label's box from its lines at ``LABEL_SIZE`` (0.62 em a character, 1.3 em a line,
+    2 px apart), above its node, at the scale that :func:`plot_ranges` gives a plot area ``HEIGHT`` less the
+    margins high and at least ``FIT_WIDTH`` wide (the plot keeps x and y at one scale)."""
+    (x0, x1), (y0, y1) = plot_ranges(pos)
+    scale = min((HEIGHT - MARGIN["t"] - MARGIN["b"]) / (y1 - y0), FIT_WIDTH / (x1 - x0))  # px per layout unit
+    placed: list[tuple[float, float, float, float]] = []
+
+    def box(n: str) -> tuple[float, float, float, float]:
+        lines = label_lines(nb.names.get(n, n))
+        w, h = 0.62 * LABEL_SIZE * max(map(len, lines)) + 2, 1.3 * LABEL_SIZE * len(lines) + 2
+        x, y = pos[n][0] * scale, pos[n][1] * scale + 6  # its bottom a few px above the marker's centre
+        return x - w / 2, x + w / 2, y, y + h
+
+    def free(b: tuple[float, float, float, float]) -> bool:
+        return all(b[1] <= o[0] or o[1] <= b[0] or b[3] <= o[2] or o[3] <= b[2] for o in placed)
+
+    keys = set(key)
+    placed += [box(n) for n in nb.nodes if n in keys]
+    chosen = {n for n in nb.nodes if n in keys}
+    for n in nb.nodes:
+        if n not in chosen and free(b := box(n)):
+            placed.append(b)
+            chosen.add(n)
+    return chosen
+
+
 def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], gold: TripleSet | None = None,
-                   returned: TripleSet | None = None, max_labels: int = 40,
-                   question: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Data of the five traces (edges, returned edges, gold edges, edge hover points, nodes), in that order. Every
-    node is labelled up to ``max_labels`` nodes; above that, the :func:`key_nodes` (in bold) at any size."""
+                   returned: TripleSet | None = None, question: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Data of the five traces (edges, returned edges, gold edges, edge hover points, nodes), in that order. The
+    :func:`key_nodes` are labelled (in bold) at any size, the others where their label fits
+    (:func:`labelled_nodes`); a label is the whole name, wrapped between words, and a node's hover starts with it."""
     gold, returned = gold or TripleSet(), returned or TripleSet()
     key = key_nodes(nb, gold, returned, question)
+    shown = labelled_nodes(nb, pos, key)
     gold_e = [t for t in nb.edges if t in gold]
     ret_e = [t for t in nb.edges if t in returned and t not in gold]
     plain = [t for t in nb.edges if t not in gold and t not in returned]
@@ -132,6 +185,12 @@ def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], go
         al = ", ".join(html.escape(a) for a in nb.aliases.get(n, [])[:8]) or "–"
         return f"<b>{html.escape(nb.names.get(n, n))}</b><br>{html.escape(n)} · {where}<br>aliases: {al}"
 
+    def label(n: str) -> str:
+        if n not in shown:
+            return ""
+        text = "<br>".join(html.escape(line) for line in label_lines(nb.names.get(n, n)))
+        return f"<b>{text}</b>" if n in key else text
+
     nodes = nb.nodes
     return [
         dict(zip(("x", "y"), _edge_xy(plain, pos))),
@@ -140,8 +199,7 @@ def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], go
         {"x": mid_x, "y": mid_y, "hovertext": mid_text},
         {
             "x": [pos[n][0] for n in nodes], "y": [pos[n][1] for n in nodes],
-            "text": [(f"<b>{html.escape(nb.names.get(n, n)[:24])}</b>" if n in key else
-                      html.escape(nb.names.get(n, n)[:24]) if len(nodes) <= max_labels else "") for n in nodes],
+            "text": [label(n) for n in nodes],
             "hovertext": [hover(n) for n in nodes],
             "marker": {
                 "color": [OUTSIDE_COLOUR if nb.depth.get(n) is None else HOP_COLOURS[min(nb.depth[n], 3)] for n in nodes],
@@ -154,17 +212,17 @@ def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], go
     ]
 
 
-def network_figure(widget: bool = True) -> go.Figure:
+def network_figure() -> go.Figure:
     """An empty network figure with its five traces (fill it with :func:`update_network`)."""
-    fig = (go.FigureWidget if widget else go.Figure)()
+    fig = go.Figure()
     fig.add_scatter(mode="lines", line={"color": EDGE, "width": 1}, hoverinfo="skip", name="edges")
     fig.add_scatter(mode="lines", line={"color": RETURNED, "width": 3}, hoverinfo="skip", name="returned by the agent")
     fig.add_scatter(mode="lines", line={"color": GOLD, "width": 4}, hoverinfo="skip", name="gold path")
     fig.add_scatter(mode="markers", marker={"size": 7, "color": "rgba(0,0,0,0.05)"}, hoverinfo="text",
                     name="relations", showlegend=False)
-    fig.add_scatter(mode="markers+text", textposition="top center", textfont={"size": 9}, hoverinfo="text",
-                    name="entities", showlegend=False)
-    fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 10}, plot_bgcolor="white",
+    fig.add_scatter(mode="markers+text", textposition="top center", textfont={"size": LABEL_SIZE}, hoverinfo="text",
+                    name="entities", showlegend=False, cliponaxis=False)  # a label at the edge runs into the margin
+    fig.update_layout(height=HEIGHT, margin=MARGIN, plot_bgcolor="white",
                       xaxis={"visible": False}, yaxis={"visible": False, "scaleanchor": "x"},
                       legend={"orientation": "h", "y": -0.02}, hoverlabel={"align": "left"})
     return fig
@@ -173,11 +231,12 @@ def network_figure(widget: bool = True) -> go.Figure:
 def update_network(fig: go.Figure, nb: Neighbourhood, pos: Mapping[str, tuple[float, float]],
                    gold: TripleSet | None = None, returned: TripleSet | None = None, title: str = "",
                    question: Iterable[str] = ()) -> None:
+    """Fill ``fig`` (:func:`network_figure`) with ``nb`` at ``pos``; its axes fit these nodes (:func:`plot_ranges`)."""
     traces = network_traces(nb, pos, gold, returned, question=question)
-    with fig.batch_update() if isinstance(fig, go.FigureWidget) else nullcontext():
-        for tr, data in zip(fig.data, traces):
-            tr.update(**data)
-        fig.layout.title = title
+    for tr, data in zip(fig.data, traces):
+        tr.update(**data)
+    xr, yr = plot_ranges(pos)
+    fig.update_layout(title=title, xaxis_range=xr, yaxis_range=yr)
 
 
 def reach_counts(kg: KnowledgeGraph, entity_id: str, relations: Iterable[str] | None = None,
@@ -253,6 +312,10 @@ def _answer_mark(t: Trajectory, example: Example) -> str:
     return f"<code>{html.escape(show(t.answer))}</code> {mark}"
 
 
+def _on_path(example: Example, entity_id: str) -> bool:
+    return any(entity_id in (d.get("head_id"), d.get("tail_id")) for d in example.kg_path or [])
+
+
 # ----------------------------------------------------------------------------- the widget
 
 
@@ -289,11 +352,12 @@ class KGExplorer:
                                      layout=W.Layout(width="720px"))
         self.status = W.HTML()
         self.returned_html = W.HTML()
-        self.fig = network_figure(widget=True)
+        self.fig = network_figure()
+        self.view = figure_view(self.fig)
 
         self._lock = False
-        self.entity_w.observe(lambda ch: self.search(ch["new"]), names="value")
-        self.match_w.observe(lambda _: self.refresh(), names="value")
+        self.entity_w.observe(lambda ch: self.search(ch["new"], follow=True), names="value")
+        self.match_w.observe(lambda ch: self._pick_match(ch["new"]), names="value")
         for w in (self.hops_w, self.cap_w, self.relations_w):
             w.observe(lambda _: self.refresh(), names="value")
         self.question_w.observe(lambda ch: self.select_question(ch["new"]), names="value")
@@ -309,7 +373,7 @@ class KGExplorer:
             W.HBox([W.VBox([self.hops_w, self.cap_w]), self.relations_w]),
             self.question_w, self.status,
         ])
-        self.box = W.VBox([controls, self.fig, self.returned_html])
+        self.box = W.VBox([controls, self.view, self.returned_html])
 
     # ---------------------------------------------------------------- choices
     def _fallback_entity(self) -> str:
@@ -319,16 +383,30 @@ class KGExplorer:
         if not entity:
             return next(iter(self.examples), "")
         ms = find_entity(self.kg, entity)
-        if not ms:
-            return ""
-        eid = ms[0].id
-        return next((e.id for e in self.examples.values()
-                     if any(eid in (d.get("head_id"), d.get("tail_id")) for d in e.kg_path)), "")
+        return self._question_through(ms[0].id) if ms else ""
 
-    def search(self, text: str, label: str = "") -> list[EntityMatch]:
+    def _question_through(self, entity_id: str) -> str:
+        """The first question whose gold path passes through ``entity_id`` ("" if none does)."""
+        return next((e.id for e in self.examples.values() if _on_path(e, entity_id)), "")
+
+    def _follow(self, entity_id: str) -> None:
+        """The view moves to ``entity_id``: a question whose gold path does not pass through it gives way to the first
+        one whose path does, or to none, so no gold path is drawn apart from the neighbourhood (an island that the
+        layout would push the neighbourhood away from). Without a question, none is picked."""
+        if self.example is not None and not _on_path(self.example, entity_id):
+            self._set_question(self._question_through(entity_id))
+
+    def _pick_match(self, entity_id: str | None) -> None:
+        if self._lock or entity_id is None:
+            return
+        self._follow(entity_id)
+        self.refresh()
+
+    def search(self, text: str, label: str = "", follow: bool = False) -> list[EntityMatch]:
         """Match ``text`` against entity names, aliases and ids; centre the view on the best match.
 
-        ``label``: what the text box shows (default ``text``)."""
+        ``label``: what the text box shows (default ``text``). ``follow``: the question follows the new centre, as
+        when an entity is typed (see :meth:`_follow`)."""
         if self._lock:
             return self.matches
         self.matches = find_entity(self.kg, text)
@@ -343,13 +421,13 @@ class KGExplorer:
         if not self.matches:
             self.status.value = f"<span style='color:#b00'>No entity matches {html.escape(str(text))!r}.</span>"
             return []
+        if follow:
+            self._follow(self.matches[0].id)
         self.refresh()
         return self.matches
 
-    def select_question(self, example_id: str, recentre: bool = True) -> Example | None:
-        """Show a question's gold path (and the agent's KG searches for it); centre on its anchor."""
-        if self._lock:
-            return self.example
+    def _set_question(self, example_id: str) -> None:
+        """The question, its gold path and the agent's KG searches for it, in the state and the widgets (not drawn)."""
         self.example = self.examples.get(example_id) if example_id else None
         self.gold = TripleSet(gold_triples(self.example)) if self.example else TripleSet()
         trajs = self._by_example.get(example_id, []) if example_id else []
@@ -360,6 +438,12 @@ class KGExplorer:
         finally:
             self._lock = False
         self.returned_html.value = returned_html(self.example, trajs, self.gold, self.run is not None)
+
+    def select_question(self, example_id: str, recentre: bool = True) -> Example | None:
+        """Show a question's gold path (and the agent's KG searches for it); centre on its anchor."""
+        if self._lock:
+            return self.example
+        self._set_question(example_id)
         if self.example and recentre:
             aid, name = anchor_of(self.example)
             self.search(aid or name, label=name)
@@ -382,6 +466,7 @@ class KGExplorer:
         question = [anchor_of(self.example)[0]] if self.example is not None else []
         update_network(self.fig, nb, self.positions, self.gold, self.returned,
                        title=f"{name}: {self.hops_w.value}-hop neighbourhood", question=question)
+        redraw(self.view, self.fig)
         cut = " (node cap reached: raise <i>max nodes</i> to see more)" if nb.truncated else ""
         in_view = sum(t in self.gold for t in nb.edges)
         gold = f" · gold path {in_view}/{len(self.gold)} edges drawn" if self.gold else ""

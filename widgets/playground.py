@@ -11,8 +11,9 @@ without touching the trajectories. What is drawn:
 - the dynamic-filter keep rate: the share of groups whose rewards are not all equal;
 - a table of the trajectories whose rank inside their group changed.
 
-Figures are ``go.FigureWidget``s updated in place; histograms are binned here (a few dozen bars
-per trace) so a slider move sends bar heights, not every reward, to the browser.
+Each figure is a ``go.Figure`` drawn whole into an ``Output`` widget on every change
+(:func:`widgets.figures.redraw`: a reloaded page draws it too); histograms are binned here (a few
+dozen bars per trace) so a slider move sends bar heights, not every reward, to the browser.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from widgets.figures import redraw
 from workbench.eval.compare import MISSING, is_missing, show
 from workbench.methods import PRESETS, get_preset
 from workbench.rewards import Counterfactual, counterfactual, featurize_run, load_features
@@ -176,7 +178,7 @@ def bin_pair(old: np.ndarray, new: np.ndarray, bins: int = 30) -> dict[str, np.n
 _HOVER = "[%{customdata[0]:.4g}, %{customdata[1]:.4g}]: %{y}<extra>%{fullData.name}</extra>"
 
 
-def _bars(fig: go.FigureWidget, row: int | None = None, col: int | None = None, legend: bool = True) -> None:
+def _bars(fig: go.Figure, row: int | None = None, col: int | None = None, legend: bool = True) -> None:
     kw = {} if row is None else {"row": row, "col": col}
     for name, colour in (("old (preset defaults)", OLD), ("new", NEW)):
         fig.add_bar(x=[], y=[], name=name, marker_color=colour, opacity=0.65, legendgroup=name,
@@ -197,13 +199,13 @@ _LAYOUT = {"title_x": 0.01, "title_xanchor": "left", "modebar_orientation": "v",
 COMPONENTS_PER_ROW = 3
 
 
-def _ticks(fig: go.FigureWidget) -> None:
+def _ticks(fig: go.Figure) -> None:
     fig.update_xaxes(nticks=5, tickfont_size=10, automargin=True)
     fig.update_yaxes(tickfont_size=10, automargin=True)
 
 
-def total_figure() -> go.FigureWidget:
-    fig = go.FigureWidget()
+def total_figure() -> go.Figure:
+    fig = go.Figure()
     _bars(fig)
     fig.update_layout(title="Total reward", height=300, xaxis_title="reward", yaxis_title="trajectories",
                       margin=dict(t=50, b=40, l=50, r=40), **_LAYOUT)
@@ -211,12 +213,12 @@ def total_figure() -> go.FigureWidget:
     return fig
 
 
-def components_figure(rubric: Rubric) -> go.FigureWidget:
+def components_figure(rubric: Rubric) -> go.Figure:
     names = rubric.names
     cols = min(len(names), COMPONENTS_PER_ROW)
     rows = -(-len(names) // cols)
-    fig = go.FigureWidget(make_subplots(rows=rows, cols=cols, subplot_titles=_component_titles(rubric),
-                                        horizontal_spacing=0.08, vertical_spacing=0.3 / rows))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=_component_titles(rubric), horizontal_spacing=0.08,
+                        vertical_spacing=0.3 / rows)
     for i in range(len(names)):
         _bars(fig, i // cols + 1, i % cols + 1, legend=i == 0)
     fig.update_annotations(font_size=11)
@@ -231,9 +233,9 @@ def _component_titles(weights: Rubric | Mapping[str, float]) -> list[str]:
     return [f"{n}<br>weight {v:g}" for n, v in w.items()]
 
 
-def advantages_figure() -> go.FigureWidget:
-    fig = go.FigureWidget(make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
-        "std-normalized:<br>(r − mean_g) / (std_g + ε)", "mean-only:<br>r − mean_g")))
+def advantages_figure() -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
+        "std-normalized:<br>(r − mean_g) / (std_g + ε)", "mean-only:<br>r − mean_g"))
     _bars(fig, 1, 1)
     _bars(fig, 1, 2, legend=False)
     fig.update_annotations(font_size=11)
@@ -242,8 +244,8 @@ def advantages_figure() -> go.FigureWidget:
     return fig
 
 
-def keep_figure() -> go.FigureWidget:
-    fig = go.FigureWidget()
+def keep_figure() -> go.Figure:
+    fig = go.Figure()
     fig.add_bar(x=["old", "new"], y=[0.0, 0.0], marker_color=[OLD, NEW], text=["", ""], textposition="auto",
                 hovertemplate="%{x}: %{y:.1%} of groups kept<extra></extra>")
     fig.update_layout(title="Dynamic-filter<br>keep rate", yaxis_range=[0, 1], yaxis_tickformat=".0%", height=300,
@@ -372,7 +374,8 @@ def reward_playground(
 
     Returns a VBox with handles: ``preset`` (Dropdown), ``sliders`` (parameter → widget),
     ``weight_sliders`` (component → slider), ``figures`` (``total``, ``components``,
-    ``advantages``, ``keep``), ``table`` and ``summary`` (HTML), ``state``
+    ``advantages``, ``keep``: plotly figures) and ``views`` (the ``Output`` widgets that show
+    them), ``table`` and ``summary`` (HTML), ``state``
     (:class:`PlaygroundState`), ``update()``, ``set(params=, weights=, preset=)`` (moves
     several controls with one update) and ``metrics()``.
     """
@@ -381,15 +384,16 @@ def reward_playground(
     df, note = playground_features(source)
     golds = run_golds(source)
     state = PlaygroundState(df, note)
-    # the components figure is made per preset by build(); every FigureWidget costs ~5 MB in a saved notebook
+    # the components figure is made per preset by build()
     figures: dict[str, Any] = {"total": total_figure(), "components": None, "advantages": advantages_figure(),
                                "keep": keep_figure()}
+    views = {name: W.Output() for name in figures}  # each shows its figure, redrawn whole by every update
+    views["total"].layout.flex = "1 1 0%"  # beside the keep rate's fixed width, the total takes the rest of the row
     preset_pick = W.Dropdown(options=sorted(PRESETS), value=preset, description="preset")
     reset = W.Button(description="reset to defaults", tooltip="parameters and weights back to the preset's defaults")
     doc = W.HTML()
     param_box, weight_box = W.VBox(), W.VBox()
     summary, table = W.HTML(), W.HTML()
-    comp_slot = W.Box()
     sliders: dict[str, W.ValueWidget] = {}
     weight_sliders: dict[str, W.FloatSlider] = {}
     hold = [False]  # True while several controls move at once
@@ -418,26 +422,23 @@ def reward_playground(
         rows, s = r.rows, r.summary
         h = bin_pair(rows["reward_old"].to_numpy(), rows["reward_new"].to_numpy(), bins)
         f = figures["total"]
-        with f.batch_update():
-            _set_bars(f.data[0], f.data[1], h)
+        _set_bars(f.data[0], f.data[1], h)
         f = figures["components"]
-        with f.batch_update():
-            for i, name in enumerate(r.new.components):
-                _set_bars(f.data[2 * i], f.data[2 * i + 1], bin_pair(r.old.values[name], r.new.values[name], bins))
-            for ann, title in zip(f.layout.annotations, _component_titles(r.new.weights)):
-                if ann.text != title:  # a relayout per annotation: only when a weight moved
-                    ann.text = title
+        for i, name in enumerate(r.new.components):
+            _set_bars(f.data[2 * i], f.data[2 * i + 1], bin_pair(r.old.values[name], r.new.values[name], bins))
+        for ann, title in zip(f.layout.annotations, _component_titles(r.new.weights)):
+            ann.text = title
         f = figures["advantages"]
-        with f.batch_update():
-            for i, kind in enumerate(("adv_std", "adv_mean")):
-                hk = bin_pair(rows[f"{kind}_old"].to_numpy(), rows[f"{kind}_new"].to_numpy(), bins)
-                _set_bars(f.data[2 * i], f.data[2 * i + 1], hk)
+        for i, kind in enumerate(("adv_std", "adv_mean")):
+            hk = bin_pair(rows[f"{kind}_old"].to_numpy(), rows[f"{kind}_new"].to_numpy(), bins)
+            _set_bars(f.data[2 * i], f.data[2 * i + 1], hk)
         g = s["groups"]
         rates = [s["kept_old"] / g if g else 0.0, s["kept_new"] / g if g else 0.0]
         f = figures["keep"]
-        with f.batch_update():
-            f.data[0].y = rates
-            f.data[0].text = [f"{rates[0]:.0%} ({s['kept_old']}/{g})", f"{rates[1]:.0%} ({s['kept_new']}/{g})"]
+        f.data[0].y = rates
+        f.data[0].text = [f"{rates[0]:.0%} ({s['kept_old']}/{g})", f"{rates[1]:.0%} ({s['kept_new']}/{g})"]
+        for name, fig in figures.items():
+            redraw(views[name], fig)
         state.changed = rank_changes(r, df, golds)
         table.value = rank_table_html(state.changed, s["rows"], g, max_rows)
         summary.value = _summary_html(state, r)
@@ -467,10 +468,7 @@ def reward_playground(
         first = (base.doc or "").strip().split("\n\n")[0]
         doc.value = f"<div style='font-size:12px;color:#444'>{rst_html(first)}</div>"
         state.preset, state.base = name, base
-        if figures["components"] is not None:
-            figures["components"].close()
-        figures["components"] = components_figure(base)
-        comp_slot.children = [figures["components"]]
+        figures["components"] = components_figure(base)  # drawn into its view by the next update
 
     def set_values(params: Mapping[str, Any] | None = None, weights: Mapping[str, float] | None = None,
                    preset: str | None = None) -> None:
@@ -510,12 +508,13 @@ def reward_playground(
         W.HBox([preset_pick, reset]), doc, note_html,
         W.HBox([param_box, weight_box]),
         summary,
-        W.HBox([figures["total"], figures["keep"]]),
-        comp_slot,
-        figures["advantages"],
+        W.HBox([views["total"], views["keep"]]),
+        views["components"],
+        views["advantages"],
         table,
     ])
     box.preset, box.sliders, box.weight_sliders, box.figures = preset_pick, sliders, weight_sliders, figures
+    box.views = views
     box.table, box.summary, box.state, box.source_note = table, summary, state, note
     box.update, box.set, box.metrics = update, set_values, lambda: playground_metrics(state)
     return box
