@@ -240,7 +240,7 @@ def create_app(service: RetrievalService, *, default_topk: int = 3, max_topk: in
     Query = Annotated[str, AfterValidator(short)]
 
     class Strict(BaseModel):
-        """No coercion (``"3"`` is not a topk, ``"yes"`` not a boolean) and no unknown fields' surprises."""
+        """No coercion: ``"3"`` is not a topk, ``"yes"`` not a boolean."""
 
         model_config = ConfigDict(strict=True)
 

@@ -35,7 +35,7 @@ class LoRAAdapters:
         backend: an ``HFBackend`` (anything with ``.model`` and ``.clear_cache()``).
         max_loras: adapters resident at once (vLLM's ``--max-loras``); loading one more is refused.
         root: the directory adapters may be loaded from (its subdirectories, links resolved); a path outside it is
-            refused without looking at it, so a client learns nothing about the server's files.
+            refused with one answer whether it exists or not, so a client learns nothing about the server's files.
     """
 
     def __init__(self, backend: Any, max_loras: int = 8, root: str | Path = "."):
