@@ -37,15 +37,15 @@ def test_methods_the_readme_lists_exist():
 
 
 def test_results_sections_the_readme_names_exist():
-    """Every ``§ "Heading"`` the README or the guide cites is a heading of bench/RESULTS.md, and every ``§ Summary, "row"``
-    a row of its summary table, so a figure's source can be found."""
+    """Every ``§ "Heading"`` the README or the guide cites is a heading of bench/RESULTS.md, and every ``§ Current figures, "row"``
+    a row of its current-figures table, so a figure's source can be found."""
     results = (Path(__file__).resolve().parents[1] / "bench" / "RESULTS.md").read_text(encoding="utf-8")
     headings = [line.lstrip("#").strip() for line in results.splitlines() if line.startswith("#")]
-    summary = results.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    summary = results.split("## Current figures", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1].strip() for line in summary.splitlines() if line.startswith("| ")]
     flat = " ".join(GUIDE.split())  # a citation may wrap across lines
     cited = re.findall(r'§ "([^"]+)"', flat)
-    cited_rows = re.findall(r'§ Summary, "([^"]+)"', flat)
+    cited_rows = re.findall(r'§ Current figures, "([^"]+)"', flat)
     assert cited and cited_rows, "the README cites no RESULTS section: update this test with it"
     for name in cited:
         assert any(h.startswith(name) for h in headings), f"README cites § {name!r}, which bench/RESULTS.md lacks"
