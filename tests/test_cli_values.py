@@ -178,3 +178,16 @@ def test_the_command_line_prints_no_traceback(tmp_path, argv, flag):
     errors = [line for line in r.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and flag in errors[0], r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_allow_origin_reaches_the_dashboards_origin_check(capsys, monkeypatch):
+    """``--allow-origin`` is handed to the served dashboard's origin check; a malformed one is refused first."""
+    from workbench.dashboard import app
+
+    line = _refused(capsys, ["dashboard", "--port", "0", "--allow-origin", "http://a:b"])
+    assert "not an origin" in line and "http://a:b" in line, line
+    seen = {}
+    monkeypatch.setattr(app, "serve_dashboard", lambda *a, **kw: seen.update(kw))
+    assert main(["dashboard", "--port", "0", "--allow-origin", "https://dash.example.org", "--allow-origin",
+                 "http://box:8080"]) == 0
+    assert seen["allowed_origins"] == ["https://dash.example.org", "http://box:8080"]

@@ -595,21 +595,27 @@ def _dashboard_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s, loopback only)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --host (the dashboard has no authentication: anyone who can reach it sees every run)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="also answer pages served from ORIGIN, e.g. https://dash.example.org behind a reverse proxy "
+                   "(repeatable; by default only the dashboard's own address)")
     p.add_argument("--static", metavar="FILE", default=None,
                    help="write the dashboard as one self-contained HTML file (opens offline) and exit")
 
 
 def dashboard(args: argparse.Namespace) -> int:
     from workbench.dashboard.app import check_host, save_static, serve_dashboard
+    from workbench.dashboard.origins import ForeignRequest
 
     if args.static:
         print("wrote", save_static(args.static, args.runs))
         return 0
     check_host(args.host, args.allow_remote)
+    ForeignRequest(args.host, args.port, args.allow_origin)  # a malformed --allow-origin: said before loading
     _ic.check_listen(args.host, args.port)  # a port in use: said now, not after the server has loaded
     if args.allow_remote and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {args.host} without authentication (--allow-remote)", file=sys.stderr)
-    serve_dashboard(args.runs, port=args.port, host=args.host, allow_remote=args.allow_remote)
+    serve_dashboard(args.runs, port=args.port, host=args.host, allow_remote=args.allow_remote,
+                    allowed_origins=args.allow_origin)
     return 0
 
 
