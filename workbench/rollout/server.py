@@ -56,9 +56,9 @@ from typing import Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
 
-from workbench.http_stack import BearerAuth, BodyGuard, ServerThread, json_response
+from workbench.http_stack import BearerAuth, BodyGuard, ServerThread, is_loopback, json_response
 from workbench.rollout.backends.base import ERROR, LENGTH, STOP, Backend, Generation, SamplingParams
-from workbench.rollout.backends.openai import TOKEN_ID_PREFIX, is_loopback_host
+from workbench.rollout.backends.openai import TOKEN_ID_PREFIX
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ def serve(
 
     The base URL ends in ``/v1`` (``http://127.0.0.1:PORT/v1``). Call ``server.stop()`` when done.
     """
-    if not is_loopback_host(host) and not (allow_remote and api_key):
+    if not is_loopback(host) and not (allow_remote and api_key):
         raise ValueError(f"refusing to bind {host!r}: not a loopback address. The server has no TLS; "
                          "pass allow_remote=True and an api_key to serve other machines.")
     if max_batch < 1:
@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
-    if not is_loopback_host(args.host) and not (args.allow_remote and args.api_key):
+    if not is_loopback(args.host) and not (args.allow_remote and args.api_key):
         fail(f"--host {args.host} is not a loopback address; add --allow-remote and --api-key KEY to serve other "
                  "machines (the server has no TLS)")
     if not 0 <= args.port <= 65535:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import email.utils
-import ipaddress
 import json
 import logging
 import math
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import tenacity
 
+from workbench.http_stack import is_loopback
 from workbench.rollout.backends.base import (
     EOS,
     ERROR,
@@ -119,7 +119,7 @@ class OpenAIBackend(Backend):
         host = httpx.URL(self.base_url).host
         # a local server is reached directly, never through an http_proxy from the environment
         self._client = httpx.Client(
-            timeout=timeout_s, trust_env=not is_loopback_host(host),
+            timeout=timeout_s, trust_env=not is_loopback(host),
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
             headers={"Accept": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})})
 
@@ -342,12 +342,3 @@ def retry_after(value: str | None) -> float | None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return max(0.0, (when - _dt.datetime.now(_dt.timezone.utc)).total_seconds())
 
-
-def is_loopback_host(host: str) -> bool:
-    """True for `localhost` and loopback IP addresses (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
