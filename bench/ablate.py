@@ -165,7 +165,7 @@ def finished(parent: Path, name: str = "") -> Path | None:
 
 def interrupted(parent: Path) -> Path | None:
     """The newest unfinished run under ``parent`` with a checkpoint to continue from (a stage stopped midway)."""
-    from workbench.runs import list_runs
+    from workbench.storage.runs import list_runs
 
     return next((r.path for r in list_runs(parent) if not r.complete and (r.path / "checkpoints" / "latest").exists()),
                 None)

@@ -46,7 +46,7 @@ def main() -> None:
     if bad:
         sys.exit(f"--orders: {bad} not among new, call, new-torch, new-hf")
 
-    from workbench.threads import apply_threads
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
     import pyarrow.parquet as pq

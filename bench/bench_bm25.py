@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from workbench.tools.base import Passage
+from workbench.core.types import Passage
 from workbench.tools.bm25 import BM25Search
 
 SYLLABLES = [c + v for c in "bdfghklmnprstvz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]

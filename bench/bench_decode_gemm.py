@@ -49,7 +49,7 @@ def model_shapes(model: str) -> tuple[list[tuple[str, int, int, int]], int]:
     """(name, out, in, count per decode step) of each weight shape, and the layer count."""
     from transformers import AutoConfig
 
-    from workbench.models import resolve_model_path
+    from workbench.core.models import resolve_model_path
 
     cfg = AutoConfig.from_pretrained(resolve_model_path(model))
     h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def int4_steps(prompt: list[int], repeats: int) -> dict[str, float]:
     import torch
 
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
     from workbench.rollout.backends import SamplingParams, quant
 
     torch.set_num_threads(1)
@@ -93,7 +93,7 @@ def llama_step(prompt: list[int], repeats: int) -> float | None:
         return None
     from bench_quant_rollout import LlamaCpp
 
-    from workbench.models import packaged_gguf_path
+    from workbench.core.models import packaged_gguf_path
 
     err = os.dup(2)
     with open(os.devnull, "w") as null:  # llama.cpp logs every tensor it loads on stderr

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from workbench.tools.base import Passage
+from workbench.core.types import Passage
 from workbench.tools.dense import DenseSearch, ExactDenseSearch, chroma_client, load_encoder, passage_text
 
 
@@ -88,7 +88,7 @@ class _NoEncoder:
 
 
 def bench_encoder(args: argparse.Namespace) -> dict:
-    from workbench.paths import shared_dir
+    from workbench.util.paths import shared_dir
 
     texts: list[str] = []
     shared = shared_dir()

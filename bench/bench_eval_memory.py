@@ -111,7 +111,7 @@ def main() -> None:
     import torch
     import transformers  # noqa: F401
 
-    import workbench.models  # noqa: F401  (its imports belong to this phase)
+    import workbench.core.models  # noqa: F401  (its imports belong to this phase)
     from workbench.eval.config import DEFAULT_MODEL
     from workbench.eval.runner import run_eval
     from workbench.rollout.backends.hf import HFBackend
@@ -154,9 +154,9 @@ def main() -> None:
             sampler.enter(next(phases, "features, metrics, writing"))
 
     if args.no_trim:
-        import workbench.models
+        import workbench.core.models
 
-        workbench.models.trim_heap = lambda: False  # type: ignore[assignment]
+        workbench.core.models.trim_heap = lambda: False  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as out:
         t0, cpu0 = time.perf_counter(), time.process_time()
         run = run_eval(methods, args.dataset, args.model or DEFAULT_MODEL, limit=args.limit, out=out, log=log,

@@ -14,9 +14,9 @@ import multiprocessing as mp
 import random
 import time
 
+from workbench.core.types import Hit
 from workbench.methods import PROTOCOLS as REGISTERED
 from workbench.methods import get_protocol
-from workbench.tools.base import Hit
 from workbench.tools.dag import run_plan
 from workbench.tools.sources import SourceRegistry
 

@@ -44,9 +44,9 @@ WORKLOADS = ("prefill", "one row", "group of 8", "8 distinct")
 
 
 def make_prompts(n: int = 8) -> tuple[list[list[int]], list[list[int]]]:
+    from workbench.core.models import load_tokenizer
     from workbench.data.world import load_world
     from workbench.methods import get_protocol
-    from workbench.models import load_tokenizer
     from workbench.rollout.backends.base import encode_chat
 
     tok = load_tokenizer()
@@ -62,7 +62,7 @@ def make_prompts(n: int = 8) -> tuple[list[list[int]], list[list[int]]]:
 def torch_runner(engine: str, threads: int):
     import torch
 
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
     from workbench.rollout.backends import SamplingParams
     from workbench.rollout.backends.quant import make_backend
 
@@ -109,8 +109,8 @@ def ct2_runner(threads: int, compute_type: str = "int8"):
     ``include_prompt_in_result=False``)."""
     import ctranslate2
 
-    from workbench.models import load_tokenizer, resolve_model_path
-    from workbench.paths import cache_dir
+    from workbench.core.models import load_tokenizer, resolve_model_path
+    from workbench.util.paths import cache_dir
 
     tok = load_tokenizer()
     path, secs = ct2_model(resolve_model_path(), str(cache_dir() / "ct2" / f"smollm2-135m-{compute_type}"),
@@ -154,8 +154,8 @@ def ort_runner(threads: int):
     import numpy as np
     import onnxruntime_genai as og
 
-    from workbench.models import load_tokenizer, resolve_model_path
-    from workbench.paths import cache_dir
+    from workbench.core.models import load_tokenizer, resolve_model_path
+    from workbench.util.paths import cache_dir
 
     tok = load_tokenizer()
     path, secs = ort_model(resolve_model_path(), str(cache_dir() / "ort" / "smollm2-135m-int4"))
@@ -197,8 +197,8 @@ def ct2_handover(threads: int, adapter: str) -> None:
     import numpy as np
     import torch
 
+    from workbench.core.models import load_policy
     from workbench.eval.adapters import attach_adapter
-    from workbench.models import load_policy
 
     torch.set_num_threads(threads)
     model, tok = load_policy(device="cpu")
@@ -329,7 +329,7 @@ class LlamaCpp:
 
 def llama_worker(threads: int, repeats: int) -> None:
     """Runs in a subprocess: every workload ``repeats`` times; one JSON line of {workload: [(tokens, seconds)]}."""
-    from workbench.models import packaged_gguf_path
+    from workbench.core.models import packaged_gguf_path
 
     distinct, group = make_prompts()
     eng = LlamaCpp(str(packaged_gguf_path("smollm2-135m")), threads)

@@ -13,7 +13,7 @@ import os
 import platform
 import tempfile
 
-from workbench.notebooks import notebooks_dir
+from workbench.apps.notebooks import notebooks_dir
 from workbench.regress import default_jobs, run_regress
 
 

@@ -170,7 +170,7 @@ def main() -> None:
 def start_cli_server(port: int, extra: list[str]) -> subprocess.Popen:
     """``workbench serve-retrieval --corpus world`` (its defaults: timeouts and caps on) in a subprocess."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", "serve-retrieval", "--corpus", "world", "--port",
+    return subprocess.Popen([sys.executable, "-m", "workbench.apps.cli", "serve-retrieval", "--corpus", "world", "--port",
                              str(port), *extra], env=env)
 
 

@@ -23,12 +23,12 @@ import pandas as pd
 
 
 def _features(n: int) -> pd.DataFrame:
+    from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+    from workbench.core.types import ToolCall
     from workbench.data.example import Example
     from workbench.methods import get_preset
     from workbench.rewards.features import compute_features
     from workbench.rewards.run_rewards import add_rewards
-    from workbench.tools.base import ToolCall
-    from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 
     ex = Example("q", "Who founded Tarnholm Mills?", ["Ada Quist"], hops=1)
     ok = Trajectory("ok", "q", ex.question, "search_r1", [], answer="Ada Quist", finish_reason="answer",

@@ -12,7 +12,7 @@ then times the interactions of each view, each view in its own process (its peak
 - playground (``widgets.playground``) over one run: opening it and re-scoring the run's whole features
   table on each slider move; plus ``counterfactual`` over the features of every run at once.
 
-Trajectories are real :class:`~workbench.trajectory.Trajectory` objects (turns with actions, tool calls
+Trajectories are real :class:`~workbench.core.trajectory.Trajectory` objects (turns with actions, tool calls
 with hits, token ids and logprobs) written through ``Trajectory.to_row`` and the project's Parquet
 schema; prompts are ~1.4-2k characters (system prompt, a worked example, the question) and responses a
 few hundred to ~2.5k (think / search / observation with three passages / answer). Each question's group
@@ -89,8 +89,8 @@ def _passage(rng: random.Random) -> dict[str, Any]:
 def make_trajectory(rng: random.Random, nrng: np.random.Generator, tid: str, ex_id: str, question: str, protocol: str,
                     hops: int, method: str, fail: bool = False):
     """One realistic trajectory: searches with observations of three passages, then an answer (or a cut-off)."""
-    from workbench.tools.base import ToolCall
-    from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+    from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+    from workbench.core.types import ToolCall
 
     prompt = f"{SYSTEM}{DEMO}<|im_start|>user\nQuestion: {question}<|im_end|>\n<|im_start|>assistant\n"
     turns: list[Turn] = []
@@ -129,12 +129,12 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from workbench.core.trajectory import ROW_GROUP_ROWS, _schema
     from workbench.data.example import Example
-    from workbench.io import atomic_path
     from workbench.rewards.feature_io import save_features
-    from workbench.runs import Run
-    from workbench.text_index import build_index
-    from workbench.trajectory import ROW_GROUP_ROWS, _schema
+    from workbench.storage.runs import Run
+    from workbench.storage.text_index import build_index
+    from workbench.util.io import atomic_path
 
     rng, nrng = random.Random(seed * 100_003 + index), np.random.default_rng([seed, index])
     methods = [METHODS[(index + k) % len(METHODS)] for k in range(1 + index % 2)]
@@ -281,7 +281,7 @@ def section_dashboard(root: Path, repeat: int, max_items: int | None = None) -> 
 
 def section_inspector(root: Path, repeat: int, max_items: int | None = None) -> dict[str, Any]:
     from widgets.inspector import trajectory_inspector
-    from workbench.runs import list_runs
+    from workbench.storage.runs import list_runs
 
     runs = list_runs(root)
     t0 = time.perf_counter()
@@ -311,7 +311,7 @@ def section_inspector(root: Path, repeat: int, max_items: int | None = None) -> 
         max(3, repeat // 4))
     # the peer in the same run: the same words by DuckDB's scan of every file (no word index), as before
     from widgets.inspector import TEXT_HITS
-    from workbench import trajectory_store as store
+    from workbench.storage import trajectory_store as store
 
     files = ins.data.files
     out["full-text search by scan, no index (before)"] = _timed(
@@ -330,7 +330,7 @@ def section_playground(root: Path, repeat: int, max_items: int | None = None) ->
     from workbench.methods import get_preset
     from workbench.rewards import counterfactual
     from workbench.rewards.feature_io import load_features
-    from workbench.runs import list_runs
+    from workbench.storage.runs import list_runs
 
     runs = list_runs(root)
     t0 = time.perf_counter()

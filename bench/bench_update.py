@@ -42,11 +42,11 @@ class _UpdateOnly:
 def make_batch(tokenizer, questions: int, group: int, seed: int = 0):
     import numpy as np
 
+    from workbench.core.trajectory import POLICY, Trajectory, Turn
     from workbench.data.world import load_world
     from workbench.methods import get_protocol
     from workbench.rl.batch import build_batch
     from workbench.rollout.engine import build_prompt_ids
-    from workbench.trajectory import POLICY, Trajectory, Turn
 
     rng = np.random.default_rng(seed)
     proto = get_protocol("search_r1", observation_mode="chat", demo="one_hop")

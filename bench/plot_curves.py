@@ -22,7 +22,7 @@ def read_metric(run_dir: str, metric: str) -> list[tuple[int, float]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise SystemExit(f"plot_curves: {path} does not exist; pass a run directory of `workbench train` or `sft`")
-    from workbench.io import read_jsonl
+    from workbench.util.io import read_jsonl
 
     rows, _ = read_jsonl(path)  # torn or non-object lines are skipped
     return [(r["step"], float(r[metric])) for r in rows

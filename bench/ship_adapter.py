@@ -63,9 +63,9 @@ def main() -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from workbench.io import atomic_write_json
-    from workbench.paths import repo_root
     from workbench.rl.policy import adapter_dir
+    from workbench.util.io import atomic_write_json
+    from workbench.util.paths import repo_root
 
     src = adapter_dir(args.run_dir)
     out = (Path(args.root) if args.root else repo_root() / "data" / "adapters") / args.name

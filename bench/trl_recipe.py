@@ -102,9 +102,9 @@ def train(args: argparse.Namespace, parts: dict[str, Any], summary: dict[str, An
     import trl
     from peft import LoraConfig
 
+    from workbench.core.models import load_policy
     from workbench.integrations.trl import RunRecorder
-    from workbench.models import load_policy
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL: we know
     model, tok = load_policy(args.model)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from workbench.paths import shared_dir
+from workbench.util.paths import shared_dir
 
 # tests/test_fuzz.py: 200 examples per target in CI; `make fuzz` (WORKBENCH_FUZZ=full) runs 2,000
 settings.register_profile(
@@ -73,7 +73,7 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from workbench.models import load_tokenizer
+    from workbench.core.models import load_tokenizer
 
     return load_tokenizer()
 
@@ -81,7 +81,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def policy():
     """(model, tokenizer) of the real default model on CPU."""
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     return load_policy(device="cpu")
 
@@ -102,7 +102,7 @@ def tiny_model(tmp_path_factory, tokenizer):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from workbench.models import resolve_model_path
+    from workbench.core.models import resolve_model_path
 
     cfg = AutoConfig.from_pretrained(resolve_model_path())
     cfg.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -29,7 +29,7 @@ def _ablate():
 
 def _eval_run(parent: Path, name: str, cem: dict[str, float], searches: float = 1.0, method: str = "search_r1+lora",
               complete: bool = True) -> Path:
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     run = Run.create(parent, kind="eval", name=name, config={"kind": "eval"})
     ids = list(cem)
@@ -44,7 +44,7 @@ def _eval_run(parent: Path, name: str, cem: dict[str, float], searches: float = 
 def _train_config(argv: list[str]):
     """What `workbench train ARGV` would train, built by the real CLI parser and config code (nothing runs)."""
     from workbench import methods
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
     from workbench.rl.trainer import TrainConfig
 
     args = build_parser().parse_args(argv)
@@ -149,7 +149,7 @@ def test_a_protocol_without_a_shipped_adapter_makes_its_cold_start_first(tmp_pat
 
 
 def test_a_finished_cold_start_is_reused_and_a_given_adapter_skips_it(tmp_path, monkeypatch, capsys):
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     home = tmp_path / "rsearch_evidence" / "cold_start"
     expert = Run.create(home / "expert", kind="expert", name="x", config={"kind": "expert"})
@@ -169,7 +169,7 @@ def test_a_finished_cold_start_is_reused_and_a_given_adapter_skips_it(tmp_path, 
 def test_a_reused_run_made_with_another_turn_budget_is_named(tmp_path, monkeypatch, capsys):
     """A finished run made before the ablation's turn budget changed is reused, and the output says which run, the
     two budgets and the fix; a reused run made with the budget the ablation gives says nothing."""
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     home = tmp_path / "rsearch_evidence"
     Run.create(home / "cold_start" / "expert", kind="expert", name="x", config={"kind": "expert"}).mark_complete()
@@ -191,7 +191,7 @@ def test_a_reused_run_made_with_another_turn_budget_is_named(tmp_path, monkeypat
 def test_a_training_run_stopped_midway_continues_from_its_checkpoint(tmp_path, monkeypatch, capsys):
     """An arm's train run that stopped with a checkpoint is resumed (``--resume RUN``), not started over; one
     without a checkpoint (killed before its first save) is started over."""
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     home = tmp_path / "dspo_parts" / "dapo" / "seed1" / "train"
     stopped = Run.create(home, kind="train", name="dapo", config={"kind": "train"})

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from workbench.cli import main
+from workbench.apps.cli import main
 from workbench.eval.adapters import TRAINED_ADAPTER
-from workbench.paths import repo_root
 from workbench.rl.adapter_settings import OVERRIDE_FLAG, AdapterSettings, adapter_settings
 from workbench.rl.checkpoint import STATE_JSON
+from workbench.util.paths import repo_root
 
 SFT_ADAPTER = repo_root() / "data" / "adapters" / "search_r1-sft"
 
@@ -118,7 +118,7 @@ def test_eval_cli_contradiction_is_one_line_and_override_keeps_it(tmp_path, caps
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "inline" in err and "chat" in err and OVERRIDE_FLAG in err
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     args = build_parser().parse_args([*argv[:-2], OVERRIDE_FLAG, "--max-turns", "2"])
     assert args.override_adapter is True and args.max_turns == 2

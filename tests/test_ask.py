@@ -12,14 +12,15 @@ import json
 import pandas as pd
 import pytest
 
-from workbench import cli
+from workbench.apps import cli
+from workbench.core.trajectory import POLICY
+from workbench.core.types import Hit, Passage
 from workbench.data.example import Example
 from workbench.eval.adapters import TRAINED_ADAPTER
 from workbench.eval.ask import Asker, Step, _config, format_step, turn_steps
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Passage, Toolbox
-from workbench.trajectory import POLICY
+from workbench.tools.base import Toolbox
 
 QUESTION = "Who founded Treimveex Textiles?"
 SCRIPT = ["<think>I should look it up.</think>\n<search> Treimveex Textiles founder </search>",
@@ -43,8 +44,8 @@ def test_the_engine_hands_over_each_turn_before_its_tool_runs(tokenizer):
 
 
 def test_steps_of_a_turn():
-    from workbench.tools.base import ToolCall
-    from workbench.trajectory import OBSERVATION, Turn
+    from workbench.core.trajectory import OBSERVATION, Turn
+    from workbench.core.types import ToolCall
 
     policy = Turn(POLICY, SCRIPT[0], [1], [0.0], "stop", {"kind": "search", "payload": "Treimveex founder"})
     assert [(s.kind, s.text) for s in turn_steps(policy)] == [("thought", "I should look it up."),
@@ -78,8 +79,8 @@ def test_ask_streams_and_writes_a_run_the_inspector_opens(tokenizer, tmp_path):
 
 
 def test_ask_searches_a_corpus_file_or_a_retrieval_server(tokenizer, tmp_path):
-    from workbench.http_stack import ServerThread
     from workbench.integrations.retrieval_server import RetrievalService, create_app
+    from workbench.util.http_stack import ServerThread
 
     passages = [Passage("a", "Treimveex Textiles", "Treimveex Textiles was founded by Ada Quist in 1915."),
                 Passage("b", "Ulmbridge", "Ulmbridge is a town in Ostrevia.")]

@@ -476,11 +476,12 @@ def test_real_model_stop_string_and_concurrency(model_server):
 
 def test_multi_turn_rollout_over_http_matches_the_direct_backend(tokenizer):
     """A scripted policy behind the server: the trajectories' ids equal those of calling it directly."""
+    from workbench.core.types import Hit
     from workbench.data.example import Example
     from workbench.methods import get_protocol
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig, rollout
-    from workbench.tools.base import Hit, Toolbox
+    from workbench.tools.base import Toolbox
 
     script = ["<search> Tarnholm Mills founder </search>", "<answer> Ada Quist </answer>"]
     tools = Toolbox({"search": lambda q, k=3: [Hit("p1", "Tarnholm Mills", "It was founded by Ada Quist.", 1.0)]})

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.methods import get_protocol
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Toolbox
-from workbench.trajectory import OBSERVATION, POLICY
+from workbench.tools.base import Toolbox
 
 EX = [Example("q1", "Who founded Tarnholm Mills?", ["Ada Quist"])]
 

@@ -56,7 +56,7 @@ def test_plot_curves_names_a_missing_run(tmp_path):
 
 
 def _eval_run(path: Path, method: str, cem: dict[str, float]) -> Path:
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     run = Run.create(path, kind="eval", name="t", config={"kind": "eval"}, run_id="r")
     ids = list(cem)
@@ -210,7 +210,7 @@ def test_a_shipped_adapters_command_rebuilds_its_config(adapter):
     import shlex
 
     from workbench import methods
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
     from workbench.rl.sft import SFTConfig
     from workbench.rl.train_config import TrainConfig
 

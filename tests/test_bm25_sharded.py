@@ -197,7 +197,7 @@ def test_serve_retrieval_serves_a_sharded_index(text_index, world):
 
 
 def test_serve_retrieval_builds_the_index_dir_from_a_corpus_file(tmp_path, capsys):
-    from workbench.cli import main
+    from workbench.apps.cli import main
     from workbench.integrations.retrieval_server import load_service
 
     corpus = tmp_path / "c.jsonl"

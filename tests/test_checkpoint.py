@@ -25,7 +25,7 @@ def test_portable_model_name_prefers_the_alias(tmp_path):
 def test_saved_adapter_names_the_alias_and_loads_through_it(tmp_path, one_thread, capfd):
     from peft import PeftModel
 
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
     from workbench.rl.policy import LoRAPolicy
 
     model, tok = load_policy("smollm2-135m", device="cpu")

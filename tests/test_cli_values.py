@@ -12,15 +12,15 @@ import sys
 
 import pytest
 
-from workbench.cli import main
+from workbench.apps.cli import main
 
 
 @pytest.fixture(autouse=True)
 def no_work(monkeypatch, tmp_path):
     """Each command's work fails the test if it starts: the flags must have been refused before it."""
-    import workbench.cli
+    import workbench.apps.cli
+    import workbench.apps.demo
     import workbench.data.world
-    import workbench.demo
     import workbench.eval.ask
     import workbench.eval.runner
     import workbench.integrations.retrieval_server
@@ -39,9 +39,9 @@ def no_work(monkeypatch, tmp_path):
 
     for module, name in ((app, "serve_dashboard"), (workbench.integrations.retrieval_server, "load_service"),
                          (workbench.eval.runner, "run_eval"), (workbench.eval.ask.Asker, "ask"),
-                         (workbench.methods, "trainer"), (workbench.demo, "run_demo"), (workbench.regress, "run_regress"),
+                         (workbench.methods, "trainer"), (workbench.apps.demo, "run_demo"), (workbench.regress, "run_regress"),
                          (workbench.integrations.verl.export, "export_verl"),
-                         (workbench.integrations.verl.importer, "import_verl"), (workbench.cli, "_run_until_stopped"),
+                         (workbench.integrations.verl.importer, "import_verl"), (workbench.apps.cli, "_run_until_stopped"),
                          (workbench.data.world, "load_world")):  # load_world: expert's first step
         monkeypatch.setattr(module, name, stub(getattr(module, name)))
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
@@ -172,7 +172,7 @@ def test_the_command_line_prints_no_traceback(tmp_path, argv, flag):
     """The real entry point, in a process of its own: exit 2, one error line, no run written (the timeout is only a
     guard against a command that went on to its work)."""
     env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", *argv], capture_output=True, text=True, env=env,
+    r = subprocess.run([sys.executable, "-m", "workbench.apps.cli", *argv], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     errors = [line for line in r.stderr.splitlines() if "error:" in line]

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from workbench.core.trajectory import POLICY, Trajectory, Turn
 from workbench.data.example import Example
 from workbench.rewards import columns
 from workbench.rewards.features import (
@@ -16,7 +17,6 @@ from workbench.rewards.features import (
     TEXT_COLUMNS,
     compute_features,
 )
-from workbench.trajectory import POLICY, Trajectory, Turn
 
 # the tuples as they were written out by hand in features.py before the registry
 OLD_NUMERIC = (

@@ -1,4 +1,4 @@
-"""The completions server's HTTP layer (FastAPI + uvicorn, ``workbench.http_stack``) over real loopback HTTP:
+"""The completions server's HTTP layer (FastAPI + uvicorn, ``workbench.util.http_stack``) over real loopback HTTP:
 body limits, error shapes, routing, the key check, IPv6, batching past the threadpool, a free event loop
 while the backend works, shutdown and the CLI. Behaviour of the completions themselves:
 ``tests/test_backends_http.py``."""

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workbench.tools.base import Hit
+from workbench.core.types import Hit
 from workbench.tools.dag import (
     PROBLEM_CODES,
     Plan,

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from workbench import cli
+from workbench.apps import cli
+from workbench.core.types import Hit
 from workbench.dashboard import app as dash
 from workbench.dashboard import queries as q
 from workbench.data.example import Example
 from workbench.eval.runner import evaluate, write_eval_run
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig
-from workbench.runs import Run
-from workbench.tools.base import Hit, Toolbox
+from workbench.storage.runs import Run
+from workbench.tools.base import Toolbox
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -229,7 +230,7 @@ def _free_port() -> int:
 
 
 def _artifact_dir() -> Path:
-    from workbench.paths import runs_dir
+    from workbench.util.paths import runs_dir
 
     return runs_dir() / "test-artifacts"
 
@@ -364,7 +365,7 @@ def test_lab_command_and_cli(monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(cli, "_run_until_stopped", lambda c: seen.append(c) or 0)
     assert cli.main(["lab", "--port", "9124", "--no-browser", "--LabApp.news_url=None"]) == 0
-    from workbench.paths import repo_root
+    from workbench.util.paths import repo_root
 
     assert "--ServerApp.port=9124" in seen[0] and seen[0][4] == str(repo_root())
     assert "--LabApp.news_url=None" in seen[0]
@@ -389,7 +390,7 @@ def test_stopping_workbench_lab_stops_its_jupyter_server(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "lab", "--port", str(port), "--no-browser",
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.apps.cli", "lab", "--port", str(port), "--no-browser",
                              "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -508,7 +509,7 @@ def _pager(section):
 
 
 def test_header_tooltips_come_from_the_schema(failed_root):
-    from workbench.schema import describe
+    from workbench.storage.schema import describe
 
     tips = dash.column_tooltips(["em", "failed", "n_searches", "failure", "not_a_column"], means=False)
     assert tips["em"] == describe("em") and tips["n_searches"] == describe("n_searches")

@@ -91,7 +91,7 @@ def test_ask_tab_streams_the_turns_and_saves_a_run_in_chromium(tokenizer, tmp_pa
             browser.close()
     finally:
         server.stop()
-    from workbench.paths import runs_dir
+    from workbench.util.paths import runs_dir
 
     (runs_dir() / "test-artifacts").mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, runs_dir() / "test-artifacts" / "dashboard-ask.png")

@@ -30,12 +30,12 @@ import pytest
 
 from tests.test_dashboard import CHROMIUM, CHROMIUM_ARGS, EX_A, _eval_run, _free_port
 from widgets.figures import PLOTLY_JS
-from workbench import cli
+from workbench.apps import cli
 from workbench.dashboard import app as dash
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
 from workbench.data.example import Example
-from workbench.runs import STATUS, Run, list_runs, newest_run, open_run, run_status
+from workbench.storage.runs import STATUS, Run, list_runs, newest_run, open_run, run_status
 
 MARK = "__xss"
 #: Each payload bumps ``window.__xss`` if the page ever runs it.
@@ -140,7 +140,7 @@ def test_no_script_runs_in_the_served_dashboard(evil_root):
 
 def _kill(run: Run) -> None:
     """Leave ``run`` as a killed writer leaves it: the running marker written by a process that has exited since."""
-    subprocess.run([sys.executable, "-c", "import sys; from workbench.runs import Run; Run(sys.argv[1]).mark_running()",
+    subprocess.run([sys.executable, "-c", "import sys; from workbench.storage.runs import Run; Run(sys.argv[1]).mark_running()",
                     str(run.path)], check=True, timeout=120)
 
 

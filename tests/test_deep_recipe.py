@@ -28,7 +28,7 @@ def _commands(out: str) -> list[list[str]]:
 
 def test_dry_run_is_expert_sft_train_then_three_adapters_evaluated(tmp_path, capsys):
     from workbench import methods
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
     from workbench.rl.trainer import TrainConfig
 
     _recipe().main(["--dry-run", "--out", str(tmp_path / "deep")])
@@ -59,7 +59,7 @@ def test_dry_run_is_expert_sft_train_then_three_adapters_evaluated(tmp_path, cap
 
 
 def _eval(parent: Path, name: str, cem: list[float], searches: list[int]) -> None:
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     run = Run.create(parent, kind="eval", name=name, config={"kind": "eval"})
     hops = [1, 2, 3, 4] * (len(cem) // 4)

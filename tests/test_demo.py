@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from workbench.demo import DEMO_METHODS, DEMO_NOTEBOOKS, run_demo, summary_table
+from workbench.apps.demo import DEMO_METHODS, DEMO_NOTEBOOKS, run_demo, summary_table
 
 
 def test_defaults_sample_groups_with_a_kg_method():

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-from workbench.tools.base import Passage
+from workbench.core.types import Passage
 from workbench.tools.dense import DenseSearch, Encoder, ExactDenseSearch, chroma_client, clean_query, is_e5
 
 CORPUS = [

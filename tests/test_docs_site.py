@@ -46,7 +46,7 @@ def test_every_page_of_the_nav_is_built(site):
 
 
 def test_the_cli_reference_has_every_command_and_flag(site):
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     page = (site / "cli-reference" / "index.html").read_text(encoding="utf-8")
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))

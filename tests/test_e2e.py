@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY
 from workbench.eval.runner import evaluate
 from workbench.methods import get_protocol
 from workbench.rollout.engine import RolloutConfig
-from workbench.runs import open_run
+from workbench.storage.runs import open_run
 from workbench.tools.base import Toolbox
 from workbench.tools.bm25 import BM25Search
-from workbench.trajectory import OBSERVATION, POLICY
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +45,8 @@ def test_demo_writes_a_run_and_executes_the_notebook(tmp_path, capsys, monkeypat
     """`make demo`'s whole chain on a small budget: the CLI, the eval of the four methods, the inspector notebook
     executed into the run and the static dashboard. The demo's other notebooks run on a demo run in the regression
     suite (tests/test_regress_suite.py), which also checks the parameters the demo passes each of them."""
-    from workbench import demo
-    from workbench.cli import main
+    from workbench.apps import demo
+    from workbench.apps.cli import main
 
     monkeypatch.setattr(demo, "DEMO_NOTEBOOKS", {k: v for k, v in demo.DEMO_NOTEBOOKS.items()
                                                   if k == "01_trajectory_inspector"})

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY, load_trajectories, save_trajectories
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.methods import get_protocol
 from workbench.rollout.backends.base import SamplingParams
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, chat_delta, rollout
-from workbench.tools.base import Hit, Toolbox
-from workbench.trajectory import OBSERVATION, POLICY, load_trajectories, save_trajectories
+from workbench.tools.base import Toolbox
 
 EX = [Example("q1", "Who founded Tarnholm Mills?", ["Ada Quist"]), Example("q2", "Where is Ulmbridge?", ["Ostrevia"])]
 

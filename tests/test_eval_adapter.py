@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.cli import main
-from workbench.runs import list_runs
+from workbench.apps.cli import main
+from workbench.storage.runs import list_runs
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_batch_budget_is_checked_and_reaches_the_backend(monkeypatch):
         raise Stop
 
     monkeypatch.setattr(quant, "make_backend", fake_backend)
-    monkeypatch.setattr("workbench.models.load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None))
+    monkeypatch.setattr("workbench.core.models.load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None))
     for mib, want in ((None, None), (48, 48 << 20)):
         with pytest.raises(Stop):
             run_eval(["direct"], "world", limit=1, batch_mib=mib, progress=False)

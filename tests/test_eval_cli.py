@@ -9,12 +9,12 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.cli import main
+from workbench.apps.cli import main
 from workbench.eval.config import EvalConfig, field_docs
 from workbench.eval.runner import run_eval
 from workbench.methods import method_names as valid_methods
 from workbench.rollout.backends.scripted import ScriptedBackend
-from workbench.runs import list_runs
+from workbench.storage.runs import list_runs
 
 SUMMARY_KEYS = {"n", "em", "cem", "f1", "n_searches", "tokens", "seconds", "tool_seconds", "format_ok", "valid_actions",
                 "answered", "wall_seconds", "tool_share", "by_hops",
@@ -108,7 +108,7 @@ def test_eval_help_documents_every_option(capsys):
     assert "examples:" in out and "dynasearcher" in out
     # one source of documentation: every EvalConfig field is documented, and is a flag whose help is that text
     assert set(field_docs(EvalConfig)) == {f for f in EvalConfig.__dataclass_fields__}
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["eval"]
     by_dest = {a.dest: a for a in sub._actions}
@@ -166,7 +166,7 @@ def test_a_method_without_its_tools_errors_or_is_skipped(capsys, tmp_path, token
 
 def test_demo_notebook_step_reports_failures_and_keeps_the_run(tmp_path, tokenizer):
     """`make demo`'s last step: a missing notebook is skipped, a failing one is reported, the run stays."""
-    from workbench.demo import execute_demo_notebooks
+    from workbench.apps.demo import execute_demo_notebooks
 
     path = _hotpot_file(tmp_path)
     backend = ScriptedBackend(tokenizer, ["<answer> Town0 </answer>"])

@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.core.types import Hit, ToolCall
 from workbench.data.example import Example
 from workbench.eval.runner import evaluate, score, summarize
 from workbench.methods import PROTOCOLS, get_protocol
@@ -17,8 +19,7 @@ from workbench.rewards.metrics import comparison_options, demo_leak, in_context_
 from workbench.rollout.backends.base import Generation
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, build_prompt_ids, rollout
-from workbench.tools.base import Hit, Toolbox, ToolCall
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.tools.base import Toolbox
 
 # ============================================================================= recall by passage id
 
@@ -123,7 +124,7 @@ def test_seconds_per_answer_are_each_trajectorys_own(tokenizer):
 def test_printed_seconds_per_answer_is_the_wall_time_per_answer():
     """``s/answer`` in the printed tables is the method's wall time over its answers; a trajectory's own latency,
     which overlaps its batch's, is labelled ``latency s`` (a batch of 89 answers once showed 806 s "per answer")."""
-    from workbench.demo import summary_table
+    from workbench.apps.demo import summary_table
     from workbench.eval.runner import format_table
 
     summary = {"n": 4, "seconds": 800.0, "wall_seconds": 68.0, "wall_seconds_per_answer": 17.0,

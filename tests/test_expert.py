@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY
 from workbench.eval.expert import write_expert_run
 from workbench.methods import METHODS as ALL_METHODS
 from workbench.methods import get_method
 from workbench.rewards.metrics import cover_exact_match
 from workbench.rl.expert import Dropped, Hop, check_trace, evidence_sentence, expert_traces, plan_expert, run_expert
 from workbench.tools.toolbox import build_toolbox
-from workbench.trajectory import OBSERVATION, POLICY
 
 # every method with an expert writer (from the methods listing: a new method's writer is tested without an edit here)
 METHODS = [name for name, m in ALL_METHODS.items() if m.expert is not None]
@@ -121,7 +121,7 @@ def test_evidence_sentence_prefers_the_tail_as_a_word():
 
 
 def test_expert_run_is_an_ordinary_run(world, tokenizer, questions, tmp_path):
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     protocol = expert_protocol("search_r1")
     toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
@@ -138,7 +138,7 @@ def test_expert_run_is_an_ordinary_run(world, tokenizer, questions, tmp_path):
 
 
 def test_cli_expert(tmp_path, capsys):
-    from workbench.cli import main
+    from workbench.apps.cli import main
 
     assert main(["expert", "--method", "search_r1,r1_searcher", "--limit", "4", "--hops", "1,2", "--out", str(tmp_path),
                  "--no-progress"]) == 0

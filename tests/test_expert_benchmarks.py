@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.cli import main
+from workbench.apps.cli import main
 from workbench.data.corpora import corpus_from_contexts
 from workbench.data.loaders import load_musique
 from workbench.rl.expert import Dropped, benchmark_hops

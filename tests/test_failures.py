@@ -14,6 +14,8 @@ import socket
 import numpy as np
 import pytest
 
+from workbench.core.trajectory import POLICY, Trajectory, Turn
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.eval.filters import filter_trajectories
 from workbench.eval.runner import score, summarize
@@ -26,8 +28,7 @@ from workbench.rollout.backends import OpenAIBackend
 from workbench.rollout.backends.base import EOS, ERROR, Backend, ChatError, Generation
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Toolbox
-from workbench.trajectory import POLICY, Trajectory, Turn
+from workbench.tools.base import Toolbox
 
 PRESETS = ("dynasearcher", "rsearch_evidence", "dspo", "rsearch_dag", "when_to_search")
 
@@ -225,8 +226,8 @@ def test_eval_metrics_leave_out_failures_and_questions_without_gold(rollouts):
 
 
 def test_trajectory_failures_lists_each_failure():
-    from workbench.tools.base import ToolCall
-    from workbench.trajectory import OBSERVATION
+    from workbench.core.trajectory import OBSERVATION
+    from workbench.core.types import ToolCall
 
     calls = [ToolCall("search", {}, error="tool 'search' timed out after 30s"),
              ToolCall("wiki", {}, error="skipped: unknown source", meta={"skipped": True}),  # the plan's fault
@@ -241,7 +242,7 @@ def test_trajectory_failures_lists_each_failure():
 def test_inspector_shows_and_filters_failures(rollouts, tmp_path):
     from widgets.inspector import trajectory_inspector
     from workbench.rewards.features import save_features
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     ok, tool, backend = rollouts
     run = Run.create(tmp_path, kind="eval", config={"reward": "dspo"})

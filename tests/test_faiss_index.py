@@ -17,9 +17,9 @@ import pytest
 
 faiss = pytest.importorskip("faiss")
 
+from workbench.core.types import Passage  # noqa: E402
 from workbench.data.jsonl_corpus import JsonlCorpus, line_offsets, open_corpus  # noqa: E402
 from workbench.data.world import load_world  # noqa: E402
-from workbench.tools.base import Passage  # noqa: E402
 from workbench.tools.dense import Encoder, load_encoder, passage_text  # noqa: E402
 from workbench.tools.faiss_index import FaissSearch, read_index  # noqa: E402
 
@@ -207,9 +207,9 @@ def test_e5_query_prefix_and_pooling_match_transformers(tiny_e5, pooling):
 def test_served_index_answers_like_the_in_process_search(built, tmp_path):
     import httpx
 
-    from workbench.http_stack import ServerThread
     from workbench.integrations.retrieval_server import create_app, load_service
     from workbench.tools.remote import RemoteRetrieval
+    from workbench.util.http_stack import ServerThread
 
     service = load_service(str(built["corpus"]), "dense", index=str(built["index"]), encoder=built["encoder"])
     local = FaissSearch(built["index"], built["passages"], built["encoder"])
@@ -228,9 +228,9 @@ def test_served_index_answers_like_the_in_process_search(built, tmp_path):
 
 def test_eval_searches_the_index_in_process_and_over_the_server(built, tokenizer, tmp_path):
     from workbench.eval.runner import run_eval
-    from workbench.http_stack import ServerThread
     from workbench.integrations.retrieval_server import create_app, load_service
     from workbench.rollout.backends.scripted import ScriptedBackend
+    from workbench.util.http_stack import ServerThread
 
     q = "Who founded Treimveex Textiles?"
     want = FaissSearch(built["index"], built["passages"], built["encoder"]).search(q, 3)
@@ -281,7 +281,7 @@ def test_train_searches_the_index(built, tmp_path):
     (["ask", "q", "--retriever", "dense", "--pooling", "pooler"], "unknown --pooling 'pooler'"),
 ])
 def test_index_flags_are_checked_in_one_line(argv, says, capsys):
-    from workbench import cli
+    from workbench.apps import cli
 
     assert cli.main(argv) == 2
     assert says in capsys.readouterr().err

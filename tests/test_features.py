@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.core.types import Hit, ToolCall
 from workbench.data.example import Example
 from workbench.methods import get_preset
 from workbench.rewards import features as F
@@ -22,9 +24,7 @@ from workbench.rewards.features import (
     queries_concise,
     save_features,
 )
-from workbench.runs import Run
-from workbench.tools.base import Hit, ToolCall
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.storage.runs import Run
 
 EX = Example("q1", "Who founded Tarnholm Mills?", ["Ada Quist", "A. Quist"], hops=2,
              supporting_ids=["p1", "p2"], supporting_titles=["Tarnholm Mills", "Ada Quist"])

@@ -19,16 +19,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.core.types import Hit, Triple
 from workbench.data.example import Example
 from workbench.methods import get_protocol, protocol_names
 from workbench.methods.dynasearcher.protocol import parse_search_request
 from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action
-from workbench.textsafe import clean_text, parse_json
-from workbench.tools.base import Hit, Toolbox, Triple
+from workbench.tools.base import Toolbox
 from workbench.tools.dag import parse_plan, run_plan, validate
 from workbench.tools.plan import make_plan_tool
 from workbench.tools.sources import SourceRegistry
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.util.textsafe import clean_text, parse_json
 
 FUZZ = settings(settings.get_profile("fuzz"), suppress_health_check=list(HealthCheck))
 VARIANTS = [(n, {}) for n in protocol_names()] + [("search_r1", {"variant": "tool_call"})]
@@ -303,9 +304,9 @@ def test_retrieval_server_answers_every_request_without_5xx(retrieval_server, pa
 
 def test_surrogates_and_nuls_roll_out_and_save(tokenizer, tmp_path):
     """A passage with a lone surrogate is tokenized; generated text with one is saved."""
+    from workbench.core.trajectory import load_trajectories, save_trajectories
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig, rollout
-    from workbench.trajectory import load_trajectories, save_trajectories
 
     def search(query, k=3):
         return [Hit("p\ud800", "T\ud800itle", "bad \ud800 text \x00 <|im_end|> <file_sep> " + HOSTILE[0])]

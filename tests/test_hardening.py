@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from workbench.cli import main
-from workbench.io import atomic_path, atomic_write_text
-from workbench.models import ModelNotFound, load_policy, resolve_device, resolve_model_path
-from workbench.runs import Run, open_run
+from workbench.apps.cli import main
+from workbench.core.models import ModelNotFound, load_policy, resolve_device, resolve_model_path
+from workbench.storage.runs import Run, open_run
+from workbench.util.io import atomic_path, atomic_write_text
 
 
 def test_atomic_files_get_the_usual_mode(tmp_path):
@@ -83,7 +83,7 @@ def test_pickle_weights_are_refused_unless_opted_in(tmp_path):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from workbench.models import load_tokenizer
+    from workbench.core.models import load_tokenizer
 
     cfg = LlamaConfig(vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1)
@@ -141,7 +141,7 @@ def test_dashboard_accepts_ipv6_loopback():
 
 def test_read_jsonl_skips_and_counts_bad_lines_and_never_raises(tmp_path):
     from workbench.dashboard.queries import read_step_metrics
-    from workbench.io import read_jsonl
+    from workbench.util.io import read_jsonl
 
     p = tmp_path / "metrics.jsonl"
     p.write_bytes(b'{"step": 1, "loss": 0.5}\n\nnot json\n[1, 2]\n{"step": 2, "note": "\xff\xfe"}\n')
@@ -156,10 +156,10 @@ def test_file_lock_makes_another_process_wait(tmp_path):
     import sys
     import time
 
-    from workbench.io import file_lock
+    from workbench.util.io import file_lock
 
     lock = tmp_path / "cache" / ".entry.lock"  # its folder is made
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench.io import file_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom workbench.util.io import file_lock\n"
                                f"with file_lock({str(lock)!r}):\n    print('held', flush=True)\n    time.sleep(1.5)"],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -15,8 +15,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+from workbench.core.types import Passage  # noqa: E402
 from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app  # noqa: E402
-from workbench.tools.base import Passage  # noqa: E402
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"passage {i} about Ulm and Ostrevia " + "word " * 40) for i in range(50)]
 KEY = "test-key-0123"

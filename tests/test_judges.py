@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from workbench.core.trajectory import POLICY, Trajectory, Turn
 from workbench.data.example import Example
 from workbench.methods import get_preset
 from workbench.rewards.evidence import EVIDENCE_TEMPLATE, EvidenceScorer, extract_short_answer
@@ -22,7 +23,6 @@ from workbench.rewards.judges import (
     parse_scaled_score,
     parse_yes_no,
 )
-from workbench.trajectory import POLICY, Trajectory, Turn
 
 NAN = float("nan")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.paths import shared_dir
-from workbench.tools.base import Toolbox, Triple, render_triples
+from workbench.core.types import Triple
+from workbench.tools.base import Toolbox, render_triples
 from workbench.tools.kg import (
     FilterResult,
     KnowledgeGraph,
@@ -32,6 +32,7 @@ from workbench.tools.kg.strings import (
     _seg_hash,
     _str_hash,
 )
+from workbench.util.paths import shared_dir
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -585,7 +586,7 @@ def test_load_kg_fb15k237_folder_and_wikidata5m_files(tmp_path):
 @pytest.mark.slow
 def test_notebook_03_on_kg_files(tmp_path):
     """Notebook 03's `kg_files` parameter: the explorer on a real KG (CoDEx files with their names)."""
-    from workbench.notebooks import execute_notebook
+    from workbench.apps.notebooks import execute_notebook
 
     files = [str((CODEX / f).resolve()) for f in ("test.txt", "entities_en.json", "relations_en.json")]
     params = {"kg_files": files, "entity": "Albert Einstein", "out_dir": str(tmp_path), "hops": 1}

@@ -22,7 +22,7 @@ from widgets.kg_explorer import (
     labelled_nodes,
     network_layout,
 )
-from workbench.tools.base import Triple
+from workbench.core.types import Triple
 from workbench.tools.kg.explore import Neighbourhood, TripleSet, gold_path_recall, gold_triples, neighbourhood
 
 #: The node labels drawn under an element: each SVG text of a scatter trace, its lines joined by spaces.
@@ -290,7 +290,7 @@ def kg_run(world, kg, tokenizer, tmp_path_factory, one_thread):
     from workbench.methods import get_protocol
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig, rollout
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
     from workbench.tools.base import Toolbox
     from workbench.tools.kg import make_kg_tool
 
@@ -338,7 +338,7 @@ def test_agent_kg_searches_are_listed_per_question(world, kg_run):
 
 @pytest.mark.slow
 def test_notebook_03_executes(world, kg_run, tmp_path):
-    from workbench.notebooks import execute_notebook
+    from workbench.apps.notebooks import execute_notebook
 
     run, exs = kg_run
     out = tmp_path / "nb03"

@@ -24,7 +24,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 SEED = 12
-CLI = [sys.executable, "-m", "workbench.cli"]
+CLI = [sys.executable, "-m", "workbench.apps.cli"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
        "HF_HUB_OFFLINE": "1"}
 # more work than the kill windows below allow, so every kill lands while the command runs (asserted)
@@ -93,8 +93,8 @@ def check_files_open(run_dir: Path) -> list[Path]:
 
 
 def check_run(run_dir: Path) -> None:
-    """Every file opens, and the run reads through ``workbench.runs`` (temp files ignored)."""
-    from workbench.runs import open_run
+    """Every file opens, and the run reads through ``workbench.storage.runs`` (temp files ignored)."""
+    from workbench.storage.runs import open_run
 
     check_files_open(run_dir)
     run = open_run(run_dir)
@@ -122,7 +122,7 @@ def test_killed_eval_leaves_only_readable_files(tmp_path):
 
 def test_killed_training_resumes_from_its_newest_checkpoint(tmp_path):
     from workbench.rl.checkpoint import latest_checkpoint
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     rng = random.Random(SEED + 1)
     # a kill at a random early moment (loading, first rollout or first update)

@@ -24,7 +24,7 @@ import pytest
 
 from tests.test_kg_explorer import LABELS_UNDER, _label
 from tests.test_notebook_pages import CHROMIUM, CHROMIUM_ARGS, demo_run  # noqa: F401 - the run both notebooks open
-from workbench.notebooks import KERNEL, notebook_path
+from workbench.apps.notebooks import KERNEL, notebook_path
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,7 @@ def _notebook(url: str, name: str):
     """The notebook open in JupyterLab (its kernel started and idle); a screenshot is kept as a test artifact."""
     from playwright.sync_api import sync_playwright
 
-    from workbench.paths import runs_dir
+    from workbench.util.paths import runs_dir
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

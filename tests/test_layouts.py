@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from workbench.cli import main
+from workbench.apps.cli import main
 from workbench.data.loaders import load_corpus, load_dataset
 from workbench.eval.config import EvalConfig
 from workbench.eval.runner import load_eval_data, run_eval
 from workbench.rollout.backends.scripted import ScriptedBackend
-from workbench.runs import list_runs
+from workbench.storage.runs import list_runs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

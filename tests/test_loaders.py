@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.core.types import Triple
 from workbench.data.example import Example
 from workbench.data.loaders import (
     DATASETS,
@@ -25,8 +26,7 @@ from workbench.data.loaders import (
     load_musique,
     parse_flashrag_contents,
 )
-from workbench.paths import shared_dir
-from workbench.tools.base import Triple
+from workbench.util.paths import shared_dir
 
 
 def _fixtures() -> Path:

@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from workbench.paths import repo_root
+from workbench.util.paths import repo_root
 
 ROOT = repo_root()
 MAIN, VERL = ROOT / "requirements" / "main.txt", ROOT / "requirements" / "verl.txt"

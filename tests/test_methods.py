@@ -10,7 +10,7 @@ import pytest
 
 import workbench.methods as methods_pkg
 from workbench import methods as wm
-from workbench.cli import main
+from workbench.apps.cli import main
 from workbench.methods import Method, get_method, get_preset, method_names, preset_needs, preset_protocol
 from workbench.rewards.preset import FeatureNeeds
 
@@ -151,7 +151,7 @@ def test_rewards_on_the_demo_run_are_identical_before_and_after_the_restructure(
     import numpy as np
 
     from workbench.rewards.features import compute_features
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     here = Path(__file__).parent / "data" / "demo_run"
     before = json.loads((here / "rewards_before.json").read_text())

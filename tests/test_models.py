@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from workbench import models
+from workbench.core import models
 
 
 def test_missing_default_package_names_the_install_command(monkeypatch):

@@ -185,7 +185,7 @@ def test_the_cache_grows_and_larger_batches_stay_in_torch(tiny_model):
     """On a random-init model of the default architecture (width 64: int8 blocks for its off-grid matrices, the
     generic attention path for head width 16): ten steps from a buffer with room for two, each against the lean torch
     step on a copy of the cache; a call of more rows than the C step takes stays in torch."""
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     model, tok = load_policy(tiny_model, device="cpu")
     backend = QuantBackend(model, tok)
@@ -212,7 +212,7 @@ def test_a_larger_batch_runs_in_c_calls_of_eight_rows(tiny_model):
     """Where the engine prefills in fp32 (no native bf16) every decode step goes to C: 11 rows of different lengths
     run as calls of 8 and 3 rows, each on its own slice of the buffers, and give each row the lean torch step's
     logits; the generation takes no torch step."""
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     model, tok = load_policy(tiny_model, device="cpu")
     backend = QuantBackend(model, tok)
@@ -236,7 +236,7 @@ def test_a_larger_batch_runs_in_c_calls_of_eight_rows(tiny_model):
 
 
 def test_without_a_compiler_the_engine_says_why_and_steps_in_torch(monkeypatch, tiny_model, tmp_path):
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     with pytest.raises(RuntimeError, match="no C compiler .*no-such-cc"):

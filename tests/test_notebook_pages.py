@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.notebooks import execute_notebook, render_html
+from workbench.apps.notebooks import execute_notebook, render_html
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -29,12 +29,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory, tokenizer, world, one_thread):
+    from workbench.core.types import Hit
     from workbench.eval.runner import evaluate
     from workbench.rewards import compute_features, save_features
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig
-    from workbench.runs import Run
-    from workbench.tools.base import Hit, Toolbox
+    from workbench.storage.runs import Run
+    from workbench.tools.base import Toolbox
 
     questions = [e for e in world.split("dev") if e.supporting_ids and e.hops == 2][:2]
 
@@ -70,7 +71,7 @@ def _open(page_path: Path, name: str):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from workbench.paths import runs_dir
+    from workbench.util.paths import runs_dir
 
     shot = page_path.with_suffix(".png")
     with sync_api.sync_playwright() as p:

@@ -12,7 +12,7 @@ import platform
 
 import pytest
 
-from workbench.notebooks import normal_form, notebooks_dir
+from workbench.apps.notebooks import normal_form, notebooks_dir
 
 NOTEBOOKS = sorted(notebooks_dir().glob("*.ipynb"))
 
@@ -46,4 +46,4 @@ def test_each_notebook_is_saved_as_jupyterlab_saves_it(path):
     assert info["version"].split(".")[:2] == platform.python_version().split(".")[:2], info
     assert text == normal_form(path, python_version=info["version"]), (
         f"{path.name} is not in the form JupyterLab saves: run "
-        f"Path(p).write_text(workbench.notebooks.normal_form(p)) on it")
+        f"Path(p).write_text(workbench.apps.notebooks.normal_form(p)) on it")

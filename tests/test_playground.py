@@ -264,7 +264,7 @@ def group_run(policy, world, tmp_path_factory, one_thread):
     from workbench.methods import get_protocol
     from workbench.rollout.backends.hf import HFBackend
     from workbench.rollout.engine import RolloutConfig, rollout
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
     from workbench.tools.base import Toolbox
 
     model, tok = policy
@@ -298,7 +298,7 @@ def test_real_run_is_featurized_and_rescored(group_run):
 
 @pytest.mark.slow
 def test_notebook_02_executes(group_run, tmp_path):
-    from workbench.notebooks import execute_notebook
+    from workbench.apps.notebooks import execute_notebook
 
     params, weights = {"gamma": 0.5, "alpha": 1.0}, {"r_acc": 0.5}
     execute_notebook("02_reward_playground", tmp_path / "02.ipynb", {

@@ -12,11 +12,11 @@ import logging
 import pytest
 import torch
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 from workbench.rl import losses as L
 from workbench.rl.batch import build_batch
 from workbench.rl.config import get_loss_config
 from workbench.rl.policy import LoRAPolicy, default_target_modules, naive_logprobs, selective_logprobs
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 
 
 # ---------------------------------------------------------------------------- tiny models
@@ -291,7 +291,7 @@ def test_build_batch_errors():
 @pytest.fixture(scope="module")
 def real():
     """A LoRAPolicy on the real default model, and the base model's logits taken before wrapping."""
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     model, tok = load_policy(device="cpu")
     text = ["The film Avatar was directed by James Cameron.", "Paris is the capital of"]
@@ -382,7 +382,7 @@ def test_real_chunked_logprobs_equal_naive(real):
 def test_real_save_adapter_reloads_in_fresh_peft_model(real, tmp_path):
     from peft import PeftModel
 
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     pol, ids, am, base_logits = real
     _step(pol, ids, am)  # a non-zero adapter, so that the comparison means something

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.core.types import Hit, ToolCall, Triple
 from workbench.data.example import Example
 from workbench.methods import PROTOCOLS, get_protocol
 from workbench.methods.dynasearcher.protocol import parse_search_request
@@ -18,9 +20,8 @@ from workbench.protocols.base import extract_boxed, scan_blocks
 from workbench.rollout.backends.base import encode_chat
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Toolbox, ToolCall, Triple
+from workbench.tools.base import Toolbox
 from workbench.tools.sources import SourceRegistry
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 
 SEEDS = ("dynasearcher", "rsearch_evidence", "rsearch_dag", "when_to_search")
 EX = Example("q1", "Who founded Ostmark Ironworks?", ["Elsa Brandvik"])

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.core.types import Hit, ToolCall
 from workbench.data.example import Example
 from workbench.methods import get_protocol
 from workbench.protocols.base import (
@@ -25,8 +27,7 @@ from workbench.protocols.base import (
     turn_blocks,
 )
 from workbench.protocols.tagged import PassageSearchProtocol, TaggedProtocol
-from workbench.tools.base import Hit, Toolbox, ToolCall
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.tools.base import Toolbox
 
 SEEDS = ("dynasearcher", "rsearch_evidence", "rsearch_dag", "when_to_search")
 

@@ -97,7 +97,7 @@ def test_the_fp32_prefill_of_a_batch_goes_row_by_row_and_lays_out_as_the_batched
     """Without native bf16 a batch's prompts are prefilled apart (rows that extend one kept cache together) and
     laid side by side: the same last logits, positions and attended keys and values as the padded batched prefill,
     and no padding computed."""
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
 
     model, tok = load_policy(tiny_model, device="cpu")
     backend = QuantBackend(model, tok, native=False)
@@ -306,7 +306,7 @@ class _Stop(Exception):
 
 
 def test_cli_flags_reach_the_eval_and_the_demo(monkeypatch):
-    from workbench import cli
+    from workbench.apps import cli
 
     seen = {}
 
@@ -316,11 +316,11 @@ def test_cli_flags_reach_the_eval_and_the_demo(monkeypatch):
 
     import inspect
 
-    from workbench.demo import run_demo
+    from workbench.apps.demo import run_demo
 
     record.__signature__ = inspect.signature(run_demo)  # the demo's flags take their defaults from it
     monkeypatch.setattr("workbench.eval.runner.run_eval", record)
-    monkeypatch.setattr("workbench.demo.run_demo", record)
+    monkeypatch.setattr("workbench.apps.demo.run_demo", record)
     with pytest.raises(_Stop):
         cli.main(["eval", "--method", "direct", "--rollout-engine", "fp32", "--limit", "1"])
     assert seen.pop("rollout_engine") == "fp32"

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from workbench import methods as wm
+from workbench.core.types import Hit
 from workbench.methods import get_method, get_preset, get_protocol
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Toolbox
+from workbench.tools.base import Toolbox
 
 Q = "<|begin_of_query|>"
 EQ = "<|end_of_query|>"
@@ -110,7 +111,7 @@ def test_eval_run_shows_in_the_inspector_and_playground(tmp_path, tokenizer, wor
     from workbench.eval.runner import evaluate, write_eval_run
     from workbench.rewards.counterfactual import counterfactual
     from workbench.rewards.features import load_features
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     exs = world.split("dev")[:2]
     be = ScriptedBackend(tokenizer, [f"<think> {Q} founder {EQ}", "ok </think>\n\n<answer> 1894 </answer>"])

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from workbench import methods as wm
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.methods import get_method, get_preset, get_protocol
 from workbench.methods.re_search.expert import WRITER
@@ -22,7 +23,7 @@ from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action
 from workbench.rewards.features import compute_features
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Toolbox
+from workbench.tools.base import Toolbox
 
 # Figure 2 of the paper: the question, its gold answer (Bamboogle) and the rollout's three turns
 FIG2 = Example("fig2", "Who was president of the United States in the year that Citibank was founded?",
@@ -328,7 +329,7 @@ def test_eval_run_carries_the_rewards_and_loads_in_the_inspector_and_playground(
     from workbench.eval.runner import evaluate, write_eval_run
     from workbench.rewards.counterfactual import counterfactual
     from workbench.rewards.features import load_features
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     exs = world.split("dev")[:2]
     gold = exs[0].answers[0]
@@ -348,9 +349,9 @@ def test_eval_run_carries_the_rewards_and_loads_in_the_inspector_and_playground(
 
 
 def test_workbench_eval_with_the_real_model(tmp_path, capsys, one_thread):
-    from workbench.cli import main
+    from workbench.apps.cli import main
     from workbench.rewards.features import load_features
-    from workbench.runs import list_runs
+    from workbench.storage.runs import list_runs
 
     rc = main(["eval", "--method", "re_search", "--limit", "1", "--max-new-tokens", "24", "--max-turns", "2",
                "--out", str(tmp_path), "--no-progress"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench import cli
+from workbench.apps import cli
 from workbench.regress import (
     MISSING,
     NEW,
@@ -97,7 +97,7 @@ cases:
 
 
 def test_repo_suite_is_valid():
-    from workbench.notebooks import notebooks_dir
+    from workbench.apps.notebooks import notebooks_dir
 
     suite = load_suite(notebooks_dir() / "regress.yaml")
     assert suite.cases and all((suite.notebooks_dir / f"{c.notebook}.ipynb").exists() for c in suite.cases)

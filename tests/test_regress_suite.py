@@ -47,8 +47,8 @@ def test_cases_pass_only_declared_parameters(suite, caplog):
 
 
 def test_the_demo_passes_only_declared_parameters(caplog):
-    """`make demo` executes notebooks with its own parameters (workbench.demo.DEMO_NOTEBOOKS), as the suite's cases do."""
-    from workbench.demo import DEMO_NOTEBOOKS
+    """`make demo` executes notebooks with its own parameters (workbench.apps.demo.DEMO_NOTEBOOKS), as the suite's cases do."""
+    from workbench.apps.demo import DEMO_NOTEBOOKS
 
     for name, params in DEMO_NOTEBOOKS.items():
         declared = _declared(ROOT / "notebooks" / f"{name}.ipynb", caplog)
@@ -115,7 +115,7 @@ def _case(report, name: str):
 def test_the_training_notebook_writes_its_figures_and_resumes_its_run(regress_run, tmp_path):
     """The suite's training case (two LoRA DSPO steps on the real model in notebook 04) wrote its figures and the
     held-out score before and after; notebook 04 then continues that run from its newest checkpoint."""
-    from workbench.notebooks import execute_notebook
+    from workbench.apps.notebooks import execute_notebook
 
     out, m = _case(regress_run[0], "lora_training_tiny")
     assert m["steps"] == 2 and m["n_step_rows"] == 2
@@ -132,7 +132,7 @@ def test_the_training_notebook_writes_its_figures_and_resumes_its_run(regress_ru
 def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path):
     """A user's first two notebooks in a row: the suite's quickstart case evaluated the real model into an eval
     run under its out_dir, and notebook 05 pointed at that run's folder shows it."""
-    from workbench.notebooks import execute_notebook
+    from workbench.apps.notebooks import execute_notebook
 
     qs, m = _case(regress_run[0], "quickstart_tiny")
     assert m["n_trajectories"] == 4

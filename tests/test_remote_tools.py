@@ -12,14 +12,15 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
+from workbench.core.trajectory import OBSERVATION  # noqa: E402
+from workbench.core.types import Passage  # noqa: E402
 from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app  # noqa: E402
 from workbench.methods import get_protocol  # noqa: E402
 from workbench.rollout.backends.scripted import ScriptedBackend  # noqa: E402
 from workbench.rollout.engine import RolloutConfig, rollout  # noqa: E402
-from workbench.tools.base import Passage, Toolbox  # noqa: E402
+from workbench.tools.base import Toolbox  # noqa: E402
 from workbench.tools.remote import RemoteRetrieval, base_url, remote_toolbox  # noqa: E402
 from workbench.tools.toolbox import build_toolbox  # noqa: E402
-from workbench.trajectory import OBSERVATION  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +212,7 @@ def test_a_tool_the_server_lacks_is_refused():
 def test_export_writes_the_retrieval_url_into_the_agent_loop_config(tmp_path, capsys):
     import yaml
 
-    from workbench.cli import main
+    from workbench.apps.cli import main
     from workbench.integrations.verl.export import export_verl
 
     paths = export_verl("search_r1", "world", tmp_path / "a", limit=2, retrieval_url="http://127.0.0.1:8000/retrieve")
@@ -255,7 +256,7 @@ def test_eval_with_retrieval_url_rolls_out_through_the_server(tmp_path, tokenize
 
 
 def test_eval_with_a_bad_retrieval_url_is_one_clear_error_before_the_model_loads(capsys, tmp_path):
-    from workbench.cli import main
+    from workbench.apps.cli import main
 
     for argv, expected in (
         (["--retrieval-url", "http://127.0.0.1:9"], "serve-retrieval"),  # nothing listens on port 9
@@ -290,7 +291,7 @@ def test_verls_agent_loop_sends_the_api_key():
 import json, os
 from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app
 from workbench.integrations.verl.agent_loop import _protocol_and_toolbox
-from workbench.tools.base import Passage
+from workbench.core.types import Passage
 app = create_app(RetrievalService.from_passages([Passage("p1", "Ulm", "The Ulm river.")], kg=False, plan=False),
                  api_key="verl-key")
 out = {}

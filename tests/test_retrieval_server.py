@@ -12,6 +12,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+from workbench.core.types import Passage  # noqa: E402
 from workbench.integrations.retrieval_server import (  # noqa: E402
     RetrievalService,
     ServerThread,
@@ -19,7 +20,6 @@ from workbench.integrations.retrieval_server import (  # noqa: E402
     document,
     load_service,
 )
-from workbench.tools.base import Passage  # noqa: E402
 
 PASSAGES = [
     Passage("p1", "Tarnholm Mills", "Tarnholm Mills was founded by Ada Quist."),
@@ -100,7 +100,7 @@ def test_concurrent_requests_are_batched():
             return [[h for h in [_hit(q)]] for q in queries]
 
     def _hit(q):
-        from workbench.tools.base import Hit
+        from workbench.core.types import Hit
 
         return Hit(f"id-{q}", q, f"text of {q}", 1.0)
 
@@ -145,7 +145,7 @@ def test_missing_tools_are_404_with_a_message(server):
 
 
 def test_cli_serve_retrieval_parser():
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     args = build_parser().parse_args(["serve-retrieval", "--corpus", "c.jsonl", "--port", "0"])
     assert args.host == "127.0.0.1" and args.retriever == "bm25" and args.corpus == "c.jsonl"
@@ -157,7 +157,7 @@ KEY = "k3y-for-tests-0123456789"
 
 
 def _serve_args(*argv: str):
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     return build_parser().parse_args(["serve-retrieval", *argv])
 
@@ -177,7 +177,7 @@ def _serve_args(*argv: str):
     (["--max-hits", "2"], "--max-hits 2"),
 ])
 def test_bad_serve_flags_are_one_line_errors_before_anything_loads(capsys, monkeypatch, argv, says):
-    from workbench.cli import main
+    from workbench.apps.cli import main
     from workbench.integrations import retrieval_server
 
     def never(*a, **kw):
@@ -349,7 +349,7 @@ def test_a_small_request_is_not_stuck_behind_big_ones():
     so it is answered before either big one (before: after both, each a whole round of its own)."""
     import time
 
-    from workbench.tools.base import Hit
+    from workbench.core.types import Hit
 
     class Timed:
         def search_batch(self, queries, k):
@@ -402,7 +402,7 @@ def test_the_curl_example_in_the_help_works(server, capsys):
     import shutil
     import subprocess
 
-    from workbench.cli import main
+    from workbench.apps.cli import main
 
     with pytest.raises(SystemExit):
         main(["serve-retrieval", "--help"])
@@ -423,7 +423,7 @@ def test_port_0_logs_the_port_it_got(tmp_path):
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "serve-retrieval", "--port", "0", "--limit", "50"],
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.apps.cli", "serve-retrieval", "--port", "0", "--limit", "50"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         line, t0 = "", time.monotonic()

@@ -8,14 +8,15 @@ import math
 import numpy as np
 import pytest
 
+from workbench.core.trajectory import POLICY
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.methods import get_preset, get_protocol
 from workbench.rewards.export import parse_passages, split_turns, to_trl, to_verl, trajectory_from_text
 from workbench.rewards.features import compute_features
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.tools.base import Hit, Toolbox
-from workbench.trajectory import POLICY
+from workbench.tools.base import Toolbox
 
 EXAMPLES = [
     Example("q1", "Who founded Tarnholm Mills?", ["Ada Quist"], hops=1, supporting_titles=["Tarnholm Mills"]),
@@ -224,8 +225,8 @@ SEED_CASES = {
 
 
 def seed_toolbox(name):
+    from workbench.core.types import Triple
     from workbench.methods.rsearch_dag.protocol import make_plan_tool
-    from workbench.tools.base import Triple
     from workbench.tools.sources import SourceRegistry
 
     def hits(query, k=3):
@@ -286,7 +287,7 @@ def test_seed_protocols_rebuilt_from_text_score_the_same(tokenizer, name):
 
 # ============================================================================= agreement with passage ids
 
-from workbench.tools.base import Passage  # noqa: E402
+from workbench.core.types import Passage  # noqa: E402
 
 LONG = " It has a long history." * 40  # over render_passages' 600 characters: the rendered text is cut
 CORPUS = [Passage("p1", "Tarnholm Mills", "Tarnholm Mills was founded by Ada Quist." + LONG),

@@ -51,7 +51,7 @@ def _train_config(argv: list[str]):
     """What `workbench train ARGV` builds, without training (the same path as cli.train_command)."""
     import dataclasses
 
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
     from workbench.rl.trainer import TrainConfig
 
     args = build_parser().parse_args(["train", *argv])

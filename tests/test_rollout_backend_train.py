@@ -183,7 +183,7 @@ def test_config_and_cli_errors_name_the_fix(capsys):
         TrainConfig(tis_cap=0.5)
     with pytest.raises(ValueError, match="TrainConfig.micro_batching"):
         TrainConfig(micro_batching="packed")
-    from workbench.cli import main
+    from workbench.apps.cli import main
 
     assert main(["train", "--rollout-backend", "openai", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

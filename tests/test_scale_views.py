@@ -16,12 +16,12 @@ import pytest
 
 from widgets import inspector_data
 from widgets.inspector import PAGE, load_inspector_data, trajectory_inspector
-from workbench import trajectory_store as store
+from workbench.core.trajectory import Trajectory
 from workbench.dashboard import queries as q
 from workbench.eval.filters import filter_trajectories
 from workbench.methods import get_preset
-from workbench.runs import Run, list_runs
-from workbench.trajectory import Trajectory
+from workbench.storage import trajectory_store as store
+from workbench.storage.runs import Run, list_runs
 
 RUNS, PER_RUN = 3, 2000
 #: Columns a table must never read: the prompt, the turns, token ids and logprobs.

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workbench import cli
+from workbench.apps import cli
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.eval.runner import evaluate, write_eval_run
 from workbench.methods import METHODS, PRESETS, get_preset
@@ -26,9 +27,9 @@ from workbench.rewards.features import compute_features, load_features, save_fea
 from workbench.rewards.run_rewards import add_rewards
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig
-from workbench.runs import Run, list_runs
-from workbench.schema import describe, dtype_name, reward_components, schema
-from workbench.tools.base import Hit, Toolbox
+from workbench.storage.runs import Run, list_runs
+from workbench.storage.schema import describe, dtype_name, reward_components, schema
+from workbench.tools.base import Toolbox
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are shared
 

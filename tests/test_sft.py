@@ -24,7 +24,7 @@ def test_config_needs_data_and_keeps_its_lr():
 
 
 def test_is_correct():
-    from workbench.trajectory import Trajectory
+    from workbench.core.trajectory import Trajectory
 
     t = Trajectory("a", "q", "?", "search_r1", [1], answer="it was Nonwick", flags={"format_ok": True})
     assert is_correct(t, ["Nonwick"]) and not is_correct(t, ["Pelme"])
@@ -45,7 +45,7 @@ def test_adapter_dir(tmp_path):
 
 
 def test_cli_has_the_commands():
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     p = build_parser()
     a = p.parse_args(["sft", "--traces", '["runs/x"]', "--trace-hops", "[1, 2]", "--batch-size", "2", "--steps", "3"])
@@ -96,7 +96,7 @@ def trained(traces_run, tmp_path_factory, one_thread, tiny_model):
 
 def test_hop_repeats_repeat_the_traces_of_those_hops(traces_run, tmp_path, one_thread, tiny_model):
     """``--hop-repeats '{"1": 3}'``: each one-hop trace comes up three times an epoch; the pool itself is unchanged."""
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     assert build_parser().parse_args(["sft", "--hop-repeats", '{"3": 3, "4": 3}']).hop_repeats == {"3": 3, "4": 3}
     tr = wm.trainer(_config(traces_run, tiny_model, hop_repeats={"1": 3}), run=tmp_path / "sft", progress=False)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from workbench.tools.base import Hit, Passage
+from workbench.core.types import Hit, Passage
 from workbench.tools.dag import run_plan
 from workbench.tools.sources import SourceRegistry
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.notebooks import SETUP_TAG, execute_notebook, render_html, with_setup_cell
+from workbench.apps.notebooks import SETUP_TAG, execute_notebook, render_html, with_setup_cell
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -59,7 +59,7 @@ def _executed(tmp_path: Path, *sources: str) -> list[dict]:
     import nbformat
     import papermill as pm
 
-    from workbench.notebooks import kernel_name
+    from workbench.apps.notebooks import kernel_name
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
                                          *(nbformat.v4.new_code_cell(src) for src in sources)])
@@ -99,12 +99,13 @@ def test_a_finished_progress_bar_stays_drawn_without_errors(tmp_path):
 
 
 def _runs_root(root: Path, tokenizer) -> Path:
+    from workbench.core.types import Hit
     from workbench.data.example import Example
     from workbench.eval.runner import evaluate, write_eval_run
     from workbench.rollout.backends.scripted import ScriptedBackend
     from workbench.rollout.engine import RolloutConfig
-    from workbench.runs import Run
-    from workbench.tools.base import Hit, Toolbox
+    from workbench.storage.runs import Run
+    from workbench.tools.base import Toolbox
 
     examples = [Example("a1", "Who founded Tarnholm Mills?", ["Ada Quist"], dataset="world", hops=1),
                 Example("a2", "Where is Ulmbridge?", ["Ostrevia"], dataset="world", hops=2)]
@@ -148,7 +149,7 @@ def test_executed_notebook_rendered_to_html_draws_its_plots_offline(tmp_path, to
         pg.screenshot(path=str(tmp_path / "05.png"), full_page=True)
         browser.close()
     assert len(drawn) >= len(figures) and all(n > 10 for n in drawn), drawn
-    from workbench.paths import runs_dir
+    from workbench.util.paths import runs_dir
 
     art = runs_dir() / "test-artifacts"
     art.mkdir(parents=True, exist_ok=True)

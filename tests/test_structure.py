@@ -29,40 +29,34 @@ PACKAGES = ("workbench", "widgets")
 #: The engine: rolls out, scores, trains and stores runs. It must work without knowing which applications or
 #: published methods exist (they pass it objects), so it imports neither.
 ENGINE = (
-    "workbench.trajectory",
-    "workbench.trajectory_store",
-    "workbench.text_index",
-    "workbench.parquet_sql",
-    "workbench.rollout",
-    "workbench.tools",
-    "workbench.rewards",
-    "workbench.rl",
+    "workbench.core",
+    "workbench.storage",
+    "workbench.util",
     "workbench.data",
-    "workbench.io",
-    "workbench.runs",
-    "workbench.models",
-    "workbench.schema",
+    "workbench.tools",
     "workbench.protocols",
-    "workbench.textsafe",
-    "workbench.paths",
-    "workbench.threads",
-    "workbench.http_stack",
+    "workbench.rewards",
+    "workbench.rollout",
+    "workbench.rl",
 )
 #: The package's own ``__init__`` (it sets the hub-offline default and imports nothing of the package): engine.
 PACKAGE_INIT = "workbench"
 #: The applications: commands, notebooks, views and integrations built on the engine; only they import methods.
 APPLICATIONS = (
+    "workbench.apps",
+    "workbench.__main__",
     "workbench.eval",
-    "workbench.cli",
-    "workbench.demo",
     "workbench.dashboard",
     "workbench.regress",
     "workbench.integrations",
-    "workbench.notebooks",
     "widgets",
 )
 #: The published methods, one package each: they use the engine; the engine never imports them.
 METHODS = ("workbench.methods",)
+#: The engine's foundation, lowest first: each package may import only the ones before it (and itself). ``util``
+#: (files, paths, threads, text hygiene, the HTTP stack) knows nothing of the workbench; ``core`` (the value types,
+#: the trajectory record, the policy loader) knows only ``util``. Everything else builds on both.
+FOUNDATION = ("workbench.util", "workbench.core")
 
 #: Known exceptions to the rules below (an edge listed here is allowed; one that no longer exists fails
 #: ``test_known_edges_still_exist`` until it is taken off): none. The methods-as-packages change removed the engine's
@@ -269,6 +263,23 @@ def test_no_import_cycle():
         "  " + " <-> ".join(c) for c in cycles)
 
 
+def outside_foundation(graph: dict[str, set[str]], foundation: Sequence[str] = FOUNDATION) -> list[tuple[str, str]]:
+    """Edges from a foundation package to a module of the same top-level package that is not in it or below it."""
+    bad = []
+    for k, pkg in enumerate(foundation):
+        allowed = foundation[: k + 1]
+        top = pkg.split(".")[0] + "."
+        bad += [(a, b) for a, deps in graph.items() if _within(a, [pkg])
+                for b in sorted(deps) if b.startswith(top) and not _within(b, allowed)]
+    return sorted(bad)
+
+
+def test_the_foundation_imports_only_what_is_below_it():
+    bad = outside_foundation(import_graph(ROOT))
+    assert not bad, (f"the foundation ({' < '.join(FOUNDATION)}) imports from above itself; move the shared piece "
+                     "down or the importing one up:\n" + "\n".join(f"  {a} -> {b}" for a, b in bad))
+
+
 def test_no_private_name_is_imported_from_another_package():
     bad = private_imports(ROOT)
     assert not bad, "private names used outside their package (make them public or move them):\n" + "\n".join(
@@ -331,6 +342,21 @@ def test_an_engine_module_importing_an_application_or_method_is_found(tmp_path):
     assert wrong_way(graph, ["pkg.engine"], ["pkg.app", "pkg.methods"]) == [
         ("pkg.engine.core", "pkg.app"), ("pkg.engine.typed", "pkg.methods.m")]
     assert wrong_way(graph, ["pkg.methods"], ["pkg.app"]) == []
+
+
+def test_a_foundation_module_importing_from_above_is_found(tmp_path):
+    root = _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/util/__init__.py": "",
+        "pkg/util/io.py": "def read():\n    from pkg.core.types import T\n",
+        "pkg/core/__init__.py": "",
+        "pkg/core/types.py": "from pkg.util import io\nclass T:\n    pass\n",
+        "pkg/core/record.py": "from pkg.tools import search\n",
+        "pkg/tools/__init__.py": "",
+        "pkg/tools/search.py": "from pkg.core.types import T\n",
+    })
+    assert outside_foundation(import_graph(root, ("pkg",)), ("pkg.util", "pkg.core")) == [
+        ("pkg.core.record", "pkg.tools.search"), ("pkg.util.io", "pkg.core.types")]
 
 
 @pytest.mark.parametrize("module, want", [("workbench", "engine"), ("workbench.rl.trainer", "engine"),

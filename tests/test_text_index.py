@@ -1,4 +1,4 @@
-"""The word index for full-text search (``workbench.text_index``): the same rows as a scan for every kind of query,
+"""The word index for full-text search (``workbench.storage.text_index``): the same rows as a scan for every kind of query,
 rebuilt when its file changes, a scan where it cannot help or cannot be written, and actually used."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workbench import text_index as ti
-from workbench import trajectory_store as store
+from workbench.storage import text_index as ti
+from workbench.storage import trajectory_store as store
 
 TEXTS = [
     ("Who directed Glass Orchard?", "<search> Glass Orchard director </search>", "Maren Ostvik"),
@@ -127,8 +127,8 @@ def test_a_rare_word_reads_no_text(tmp_path, monkeypatch):
 
 
 def test_run_write_trajectories_writes_the_index(tmp_path):
-    from workbench.runs import Run
-    from workbench.trajectory import Trajectory
+    from workbench.core.trajectory import Trajectory
+    from workbench.storage.runs import Run
 
     run = Run.create(tmp_path, kind="eval", name="t")
     traj = Trajectory(id="t0", example_id="e0", question="Who wrote Hallervik Tales?", protocol="direct", prompt_ids=[1, 2])

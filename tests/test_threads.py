@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import cli
-from workbench.threads import apply_threads, busy_cores, choose_threads
+from workbench.apps import cli
+from workbench.util.threads import apply_threads, busy_cores, choose_threads
 
 
 @pytest.mark.parametrize(("cores", "load", "want"), [(2, 0.2, 2), (2, 1.5, 1), (2, 3.9, 1), (8, 2.0, 8), (8, 7.6, 1),
@@ -17,7 +17,7 @@ def test_default_from_cores_and_load(monkeypatch, cores, load, want):
 
 
 def test_busy_cores_is_the_busy_share_of_this_process_cores_during_the_call(monkeypatch):
-    from workbench import threads
+    from workbench.util import threads
 
     real = busy_cores(0.05)
     assert real is None or 0.0 <= real <= threads.available_cores() + 1e-6
@@ -30,7 +30,7 @@ def test_busy_cores_is_the_busy_share_of_this_process_cores_during_the_call(monk
 
 def test_default_looks_at_now_not_at_the_load_average(monkeypatch):
     """Right after a finished job the 1-minute load average is still high; the cores busy now are not."""
-    from workbench import threads
+    from workbench.util import threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (3.9, 3.0, 2.0))

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.cli import main
+from workbench.apps.cli import main
+from workbench.core.trajectory import load_trajectories
 from workbench.rl.trackers import (
     PROJECT,
     STEP_TABLE_ROWS,
@@ -25,8 +26,7 @@ from workbench.rl.trackers import (
     scalars,
     tracker_names,
 )
-from workbench.runs import open_run
-from workbench.trajectory import load_trajectories
+from workbench.storage.runs import open_run
 
 
 def installed(name: str) -> bool:
@@ -332,7 +332,7 @@ def test_trackers_without_names_do_nothing(tmp_path):
 
 
 def test_completions_table_columns(world):
-    from workbench.trajectory import POLICY, Trajectory, Turn
+    from workbench.core.trajectory import POLICY, Trajectory, Turn
 
     ex = world.split("train")[0]
     t = Trajectory("a#0", ex.id, ex.question, "search_r1", [1], answer="x" * 3, meta={"step": 4})

@@ -139,7 +139,7 @@ class _FakePolicy:
 def _fake_trainer(run_dir, seed=0):
     import types
 
-    from workbench.runs import Run
+    from workbench.storage.runs import Run
 
     torch.manual_seed(seed)
     lin = torch.nn.Linear(3, 2)

@@ -87,7 +87,7 @@ def test_amp_setting_is_checked():
 
 
 def test_cli_refuses_checkpointing_with_shared_prefix(capsys):
-    from workbench.cli import main
+    from workbench.apps.cli import main
 
     rc = main(["train", "--gradient-checkpointing", "true", "--micro-batching", "shared_prefix", "--steps", "1"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workbench.trajectory import META_COLUMNS, POLICY, Trajectory, Turn, load_trajectories, save_trajectories
+from workbench.core.trajectory import META_COLUMNS, POLICY, Trajectory, Turn, load_trajectories, save_trajectories
 
 
 def _traj(i: int, **meta) -> Trajectory:

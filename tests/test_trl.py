@@ -112,7 +112,7 @@ def test_prompts_outside_the_examples_and_bad_input(setup, hf_backend):
 
 
 def test_rollout_output_cuts_and_fills():
-    from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+    from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 
     t = Trajectory(id="a#0", example_id="a", question="q", protocol="search_r1", prompt_ids=[1, 2])
     t.turns = [Turn(POLICY, "x", [5, 6], [-0.5, -0.25], "stop", {}), Turn(OBSERVATION, "o", [7, 8, 9], None)]
@@ -162,8 +162,8 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch, tiny_model):
     import torch
     from peft import LoraConfig
 
+    from workbench.core.models import load_policy
     from workbench.methods.search_r1.reward import r_em
-    from workbench.models import load_policy
     from workbench.rewards.rubric import Rubric
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -294,7 +294,7 @@ def test_run_recorder_writes_each_step_as_the_trainer_does(setup, tokenizer, tmp
 
     from workbench.integrations.trl import RunRecorder
     from workbench.rollout.backends.scripted import ScriptedBackend
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     proto, toolbox, examples = setup
     gold = examples[0].answers[0]
@@ -350,7 +350,7 @@ def test_run_recorder_writes_each_step_as_the_trainer_does(setup, tokenizer, tmp
 def test_the_recipe_writes_a_run_the_inspector_opens(tmp_path, capsys, monkeypatch):
     """bench/trl_recipe.py with a real GRPOTrainer step: its run opens in the inspector, the playground and the
     dashboard, and its logs are in TensorBoard and Trackio (when installed)."""
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     here = _trackers_here()

@@ -10,7 +10,7 @@ import pytest
 pq = pytest.importorskip("pyarrow.parquet")
 pd = pytest.importorskip("pandas")
 
-from workbench.cli import main  # noqa: E402
+from workbench.apps.cli import main  # noqa: E402
 from workbench.integrations.verl.export import export_verl, verl_overrides  # noqa: E402
 from workbench.methods import get_method, method_names  # noqa: E402
 

@@ -16,7 +16,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 
 from tests.verl_env import requires_verl_env, run_in_verl  # noqa: E402
-from workbench.cli import main  # noqa: E402
+from workbench.apps.cli import main  # noqa: E402
 from workbench.integrations.verl.export import export_verl  # noqa: E402
 from workbench.integrations.verl.importer import import_verl, question_of, read_metrics  # noqa: E402
 
@@ -48,9 +48,9 @@ def responses(proto, toolbox, ex, right: bool) -> str:
 @pytest.fixture(scope="module")
 def verl_dir(tmp_path_factory):
     """An export directory with two rollout steps, one validation step and the file logger's metrics."""
+    from workbench.core.models import load_tokenizer
     from workbench.data.world import load_world
     from workbench.integrations.verl.reward import make_compute_score
-    from workbench.models import load_tokenizer
     from workbench.rollout.backends.base import encode_chat
     from workbench.tools.toolbox import build_toolbox
 

@@ -26,15 +26,16 @@ import pandas as pd
 import pytest
 
 from widgets.inspector import load_inspector_data, trajectory_inspector
+from workbench.core.trajectory import OBSERVATION
+from workbench.core.types import Hit
 from workbench.eval.filters import correct_mask, filter_trajectories
 from workbench.eval.runner import evaluate
 from workbench.methods import get_preset
 from workbench.rewards import compute_features, save_features
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig
-from workbench.runs import Run
-from workbench.tools.base import Hit, Toolbox
-from workbench.trajectory import OBSERVATION
+from workbench.storage.runs import Run
+from workbench.tools.base import Toolbox
 
 SECRET = "ZEBRAFINCH"
 

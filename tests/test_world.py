@@ -240,7 +240,7 @@ def test_from_file_rejects_unknown_key(tmp_path):
     ('{"seed": "x"}', "WorldConfig.seed must be an int, got 'x'"),
 ])
 def test_a_bad_world_config_file_is_one_error_naming_it(tmp_path, content, message, capsys):
-    from workbench.cli import main
+    from workbench.apps.cli import main
 
     path = tmp_path / "cfg"
     path.mkdir() if content is None else path.write_text(content)

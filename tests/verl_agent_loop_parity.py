@@ -29,8 +29,8 @@ from pathlib import Path
 def verl_rows(out: dict, n: int, examples: list) -> list[dict]:
     """Unpadded prompt / response / mask of each row of verl's output ``DataProto``, and what the trajectory in its
     ``extra_fields`` gives back: its response ids and our features (computed from it, as a reward worker would)."""
+    from workbench.core.trajectory import Trajectory
     from workbench.rewards.features import compute_features
-    from workbench.trajectory import Trajectory
 
     b = out.batch
     rows = []
@@ -79,12 +79,12 @@ def run(out_path: str, max_new_tokens: int = 96) -> None:
     from verl.protocol import DataProto
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
+    from workbench.core.models import load_policy, resolve_model_path
     from workbench.data.world import load_world
     from workbench.integrations.verl.agent_loop import BackendServerManager
     from workbench.integrations.verl.config import compose_config
     from workbench.integrations.verl.export import export_verl
     from workbench.methods import get_method
-    from workbench.models import load_policy, resolve_model_path
     from workbench.rewards.features import compute_features
     from workbench.rollout.backends.hf import HFBackend
     from workbench.rollout.engine import RolloutConfig, rollout

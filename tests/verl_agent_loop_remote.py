@@ -43,12 +43,12 @@ def run(out_path: str) -> None:
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.utils.rollout_trace import RolloutTraceConfig
 
+    from workbench.core.models import load_tokenizer
     from workbench.data.world import load_world
     from workbench.integrations.retrieval_server import RetrievalService, ServerThread, create_app
     from workbench.integrations.verl.agent_loop import BackendServerManager
     from workbench.integrations.verl.config import compose_config
     from workbench.integrations.verl.export import export_verl
-    from workbench.models import load_tokenizer
     from workbench.rollout.backends.scripted import ScriptedBackend
 
     method, n = "search_r1", 2

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from widgets.trajectory import turns_html
+from workbench.core.trajectory import Trajectory
 from workbench.eval.compare import MISSING, category_counts, gold_list, is_missing, show, word_diff
 from workbench.eval.filters import correct_mask
-from workbench.trajectory import Trajectory
 
 #: Pairs listed in a comparison table (a picker opens any of them).
 PAIR_ROWS = 20

@@ -73,7 +73,7 @@ def shared_plotlyjs(directory: str | os.PathLike) -> Path:
     """``<directory>/plotly.min.js``, written once (atomically) from the installed plotly."""
     from plotly.offline import get_plotlyjs
 
-    from workbench.io import atomic_write_text
+    from workbench.util.io import atomic_write_text
 
     target = Path(directory) / PLOTLY_JS
     if not target.is_file():
@@ -143,7 +143,7 @@ def redraw(out: W.Output, fig: go.Figure) -> None:
 
 # --------------------------------------------------------------------------- executed notebooks
 # A notebook executed headlessly (papermill) has no widget state and no kernel once saved. So that it
-# reads well rendered statically (nbconvert HTML, nbviewer), ``workbench.notebooks.static_outputs``
+# reads well rendered statically (nbconvert HTML, nbviewer), ``workbench.apps.notebooks.static_outputs``
 # gives every plotly figure a ``text/html`` rendering (plotly.js embedded once per notebook, by
 # plotly's ``notebook`` renderer) and every ipywidget the ``text/html`` snapshot below. JupyterLab
 # still prefers the interactive mime types; nbconvert picks ``text/html`` when there is no widget state.

@@ -27,7 +27,7 @@ from widgets.inspector_data import FEATURE_MODES, TABLE_COLUMNS, InspectorData, 
 from widgets.trajectory import tokens_html, turns_html
 from workbench.eval.compare import CATEGORIES, MISSING, best_gain, pair_table, show
 from workbench.eval.filters import FAILURE_KINDS, correct_mask, describe_filters, filter_trajectories
-from workbench.runs import Run
+from workbench.storage.runs import Run
 
 __all__ = ["FEATURE_MODES", "TABLE_COLUMNS", "InspectorData", "TrajectoryInspector", "load_inspector_data",
            "trajectory_inspector"]

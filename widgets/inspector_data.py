@@ -2,8 +2,8 @@
 
 The table is built from the scalar columns of each run's ``trajectories.parquet`` (DuckDB reads only
 those: never the prompt, turns, token ids or logprobs), the run's ``features.parquet`` and
-``examples.jsonl``. A :class:`~workbench.trajectory.Trajectory` is read from disk when the inspector
-opens it (:class:`~workbench.trajectory_store.LazyTrajectories`), and full-text search runs in DuckDB
+``examples.jsonl``. A :class:`~workbench.core.trajectory.Trajectory` is read from disk when the inspector
+opens it (:class:`~workbench.storage.trajectory_store.LazyTrajectories`), and full-text search runs in DuckDB
 over the files (:meth:`InspectorData.search`). Two cases read more: a run without ``features.parquet``
 (its features are computed in memory from every trajectory: small runs only) and a run whose failure
 columns are missing (the rows that may hold a failed call are read to say what failed). Counts
@@ -22,11 +22,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.core.trajectory import META_COLUMNS
 from workbench.data.example import Example
 from workbench.eval.filters import failure_kinds
-from workbench.runs import EXAMPLES, TRAJECTORIES, Run, open_run
-from workbench.trajectory import META_COLUMNS
-from workbench.trajectory_store import LazyTrajectories, failure_candidates, file_columns, read_columns, search_rows
+from workbench.storage.runs import EXAMPLES, TRAJECTORIES, Run, open_run
+from workbench.storage.trajectory_store import (
+    LazyTrajectories,
+    failure_candidates,
+    file_columns,
+    read_columns,
+    search_rows,
+)
 
 #: Columns of the inspector table (one row per trajectory), in order.
 TABLE_COLUMNS = (

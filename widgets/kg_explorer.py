@@ -2,7 +2,7 @@
 and for a question show its gold path and the triples the agent's KG searches returned.
 
 Views only: entity matching and 1-hop triples come from :class:`workbench.tools.kg.KnowledgeGraph`
-(``world_kg(world)`` for the synthetic world), trajectories and examples from ``workbench.runs``.
+(``world_kg(world)`` for the synthetic world), trajectories and examples from ``workbench.storage.runs``.
 The computations live in :mod:`workbench.tools.kg.explore` (:func:`neighbourhood`, a breadth-first
 walk over ``KnowledgeGraph.triples_of``, :func:`gold_triples`, :func:`kg_calls`,
 :func:`gold_path_recall`); here :func:`network_layout` (networkx's spring layout with a fixed seed,
@@ -27,9 +27,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from widgets.figures import figure_view, redraw
+from workbench.core.trajectory import Trajectory
+from workbench.core.types import Triple
 from workbench.data.example import Example
 from workbench.eval.compare import MISSING, judge, show
-from workbench.tools.base import Triple
 from workbench.tools.kg import EntityMatch, KnowledgeGraph, normalize_name
 from workbench.tools.kg.explore import (
     MAX_HOPS,
@@ -42,7 +43,6 @@ from workbench.tools.kg.explore import (
     neighbourhood,
     returned_triples,
 )
-from workbench.trajectory import Trajectory
 
 #: Node colours by distance from the centre (0, 1, 2, 3 hops); grey = outside (a gold node added to the view).
 HOP_COLOURS = ("#1f3b73", "#4a7bd0", "#8fb3e8", "#c9dbf5")
@@ -537,7 +537,7 @@ def kg_explorer(
 
     Returns a VBox; ``box.explorer`` is the :class:`KGExplorer` (widgets, current neighbourhood, metrics).
     """
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     kg = as_kg(world_or_kg)
     run = open_run(run) if run is not None and run != "" else None

@@ -57,7 +57,7 @@ def playground_features(source: Any) -> tuple[pd.DataFrame, str]:
     if isinstance(source, pd.DataFrame):
         df, note = source, f"features table given directly ({len(source)} rows)"
     else:
-        from workbench.runs import open_run
+        from workbench.storage.runs import open_run
 
         run = open_run(source)
         try:
@@ -561,7 +561,7 @@ def run_golds(source: Any) -> dict[str, list[str]] | None:
     examples)."""
     if isinstance(source, pd.DataFrame):
         return None
-    from workbench.runs import EXAMPLES, open_run
+    from workbench.storage.runs import EXAMPLES, open_run
 
     run = open_run(source)
     return {e.id: e.answers for e in run.examples()} if run.exists(EXAMPLES) else None

@@ -6,7 +6,7 @@ it and the alias it matched: :func:`workbench.eval.compare.judge`), a timeline (
 then each turn: a policy turn split into its tagged parts (a thought, a tool call with its query or JSON request,
 an answer), a tool result as a collapsible list of passages with their titles (gold passages marked) or of
 triples; chat-template tokens (``<|im_start|>user`` ...) are hidden, and each turn's *raw* toggle shows its exact
-text. Views only: the data comes from ``workbench.trajectory`` and the run's examples.
+text. Views only: the data comes from ``workbench.core.trajectory`` and the run's examples.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from workbench.core.trajectory import OBSERVATION, Trajectory, Turn, token_pieces
 from workbench.eval.compare import METRIC_NAMES, MISSING, Verdict, judge, show
-from workbench.trajectory import OBSERVATION, Trajectory, Turn, token_pieces
 
 #: Colours per protocol tag (background) for the transcript view.
 TAG_COLOURS = {

@@ -53,18 +53,18 @@ EVAL=(eval --model "$GGUF" --device "$DEVICE" --method search_r1+lora --split te
       --protocol-kwargs '{"observation_mode": "chat"}' "${RECIPE[@]}")
 
 stage "eval: shipped adapter data/adapters/search_r1-sft-grpo, 89 test questions, CUDA"
-timed ${EVAL_LIMIT:-240} eval-shipped $PY -m workbench.cli "${EVAL[@]}" --adapter data/adapters/search_r1-sft-grpo \
+timed ${EVAL_LIMIT:-240} eval-shipped $PY -m workbench "${EVAL[@]}" --adapter data/adapters/search_r1-sft-grpo \
   --out "$WORK/eval" --name gpu-shipped
 
 stage "eval under cProfile: 24 test questions (where the engine's multi-turn loop spends its time)"
-timed ${PROFILE_EVAL_LIMIT:-150} eval-profiled $PY -m cProfile -o "$WORK/eval.prof" -m workbench.cli "${EVAL[@]}" \
+timed ${PROFILE_EVAL_LIMIT:-150} eval-profiled $PY -m cProfile -o "$WORK/eval.prof" -m workbench "${EVAL[@]}" \
   --limit 24 --adapter data/adapters/search_r1-sft-grpo --out "$WORK/eval" --name gpu-profiled
 [ -f "$WORK/eval.prof" ] && $PY -c "import pstats, sys; s = pstats.Stats(sys.argv[1], stream=open(sys.argv[2], 'w'));
 s.sort_stats('tottime').print_stats(30); s.sort_stats('cumulative').print_stats(40)" "$WORK/eval.prof" \
   "$OUT/eval_profile.txt"
 
 stage "train: the recipe's RL stage (8 steps) from data/adapters/search_r1-sft, CUDA"
-timed ${TRAIN_LIMIT:-240} train $PY -m workbench.cli train --model "$GGUF" --device "$DEVICE" --method search_r1 \
+timed ${TRAIN_LIMIT:-240} train $PY -m workbench train --model "$GGUF" --device "$DEVICE" --method search_r1 \
   --reward dynasearcher --encoder none --init-adapter data/adapters/search_r1-sft \
   --question-types '["1hop","compositional","comparison","inference"]' --temperature 0.7 --steps "$STEPS" \
   --questions-per-step 3 --group-size 8 --max-total-tokens 1536 --lr 1e-4 \
@@ -73,7 +73,7 @@ timed ${TRAIN_LIMIT:-240} train $PY -m workbench.cli train --model "$GGUF" --dev
 RUN=$(ls -d "$WORK"/train/*/ 2>/dev/null | head -1)
 if [ -n "$RUN" ]; then
   stage "eval: the adapter trained on CUDA, 89 test questions"
-  timed ${EVAL2_LIMIT:-240} eval-trained $PY -m workbench.cli "${EVAL[@]}" --adapter "${RUN%/}" \
+  timed ${EVAL2_LIMIT:-240} eval-trained $PY -m workbench "${EVAL[@]}" --adapter "${RUN%/}" \
     --out "$WORK/eval" --name gpu-trained
 fi
 

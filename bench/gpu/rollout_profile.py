@@ -32,7 +32,7 @@ def build(model_dir: str | None, tiny: bool, device: str, dtype):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from workbench.models import load_tokenizer, resolve_model_path
+    from workbench.core.models import load_tokenizer, resolve_model_path
 
     path = resolve_model_path(model_dir)
     cfg = AutoConfig.from_pretrained(path, local_files_only=True)

@@ -90,8 +90,8 @@ def _batch(tok, group: int, prompt_len: int, resp_len: int, seed: int):
     """A GRPO group: one prompt of ``prompt_len`` tokens, ``group`` responses of up to ``resp_len`` tokens."""
     import torch
 
+    from workbench.core.trajectory import POLICY, Trajectory, Turn
     from workbench.rl.batch import build_batch
-    from workbench.trajectory import POLICY, Trajectory, Turn
 
     g = torch.Generator().manual_seed(seed)
     vocab = min(len(tok), 49152)
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere in the checkout
-    from workbench.models import load_tokenizer
+    from workbench.core.models import load_tokenizer
 
     if args.tiny:
         args.models, args.prompt_len, args.new_tokens, args.fit_lengths, args.reps = "tiny", 24, 8, "8,16", 1

@@ -1,4 +1,4 @@
-"""MkDocs hook: the CLI reference page is generated from the argparse parsers (``workbench.cli.build_parser``), so
+"""MkDocs hook: the CLI reference page is generated from the argparse parsers (``workbench.apps.cli.build_parser``), so
 it lists every command and flag the installed version has and cannot drift from ``--help``."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _command(name: str, parser: argparse.ArgumentParser, level: int = 2) -> list
 
 def reference() -> str:
     """Markdown for every ``workbench`` command: its description, usage and a table of its flags."""
-    from workbench.cli import build_parser
+    from workbench.apps.cli import build_parser
 
     lines: list[str] = []
     for name, parser in _subparsers(build_parser()).items():

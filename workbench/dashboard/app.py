@@ -42,7 +42,7 @@ from workbench.dashboard.figures import (  # noqa: F401 - the figures are part o
 )
 from workbench.dashboard.tooltips import column_tooltips
 from workbench.eval.compare import MISSING
-from workbench.http_stack import is_loopback
+from workbench.util.http_stack import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -470,7 +470,7 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
     a run, everything that lists runs is read again (the Ask tab itself stays as it is), so the new run is there
     without a reload.
     """
-    from workbench.paths import runs_dir as default_runs_dir
+    from workbench.util.paths import runs_dir as default_runs_dir
 
     pn = _pn()
     root = Path(runs_dir) if runs_dir is not None else default_runs_dir()
@@ -654,7 +654,7 @@ def save_static(path: str | os.PathLike, runs_dir: str | os.PathLike | None = No
     """
     from bokeh.resources import INLINE
 
-    from workbench.io import atomic_write_text
+    from workbench.util.io import atomic_write_text
 
     path = _static_target(path)
     if runs_dir is not None and not Path(runs_dir).is_dir():

@@ -21,9 +21,9 @@ import pandas as pd
 
 from workbench.dashboard import queries as q
 from workbench.dashboard.queries import run_dirs
-from workbench.parquet_sql import sql_literal as _quote
 from workbench.rewards.feature_io import FEATURES_FILE
-from workbench.trajectory_store import cursor
+from workbench.storage.parquet_sql import sql_literal as _quote
+from workbench.storage.trajectory_store import cursor
 
 #: The failure columns of a features table (``workbench.rewards.features.FAILURE_COLUMNS``).
 FLAGS = ("failed_tool", "backend_error", "failed_judge", "failed_evidence")

@@ -29,7 +29,7 @@ from tornado.httputil import HTTPServerRequest
 from tornado.routing import Matcher, Rule
 from tornado.web import RequestHandler
 
-from workbench.http_stack import is_loopback
+from workbench.util.http_stack import is_loopback
 
 log = logging.getLogger(__name__)
 

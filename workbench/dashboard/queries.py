@@ -13,7 +13,7 @@ without them. Each query's frame says which runs it left out and why in ``df.att
 (``{run_id: text}``). Broken and missing files become text in the ``error`` column of
 :func:`runs_table`; no function here raises for them. Each row's run id is its folder's name, looked
 up by file (never parsed back out of the path). :func:`runs_table`'s ``status`` says whether each run
-is complete (``workbench.runs.run_status``) and names symlinks; the per-run frames (:func:`method_metrics`,
+is complete (``workbench.storage.runs.run_status``) and names symlinks; the per-run frames (:func:`method_metrics`,
 :func:`hop_breakdown`, :func:`training_curves`) carry each run's state in ``status`` (:func:`run_states`), so a
 view can mark a killed or running run and leave it out of means over runs.
 """
@@ -30,11 +30,11 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example, as_answers, load_examples
 from workbench.eval.filters import CORRECT_METRICS, describe_filters
-from workbench.io import read_jsonl
-from workbench.runs import CONFIG, EXAMPLES, INCOMPLETE, METRICS, STEP_METRICS, TRAJECTORIES, run_status
-from workbench.trajectory import Trajectory
+from workbench.storage.runs import CONFIG, EXAMPLES, INCOMPLETE, METRICS, STEP_METRICS, TRAJECTORIES, run_status
+from workbench.util.io import read_jsonl
 
 #: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
 ANSWER_METRICS = ("em", "cem", "f1", "format_ok")
@@ -62,7 +62,7 @@ def run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
 
 
 def run_states(runs_dir: str | os.PathLike) -> dict[str, str]:
-    """Each run's state by run id (``workbench.runs.RunStatus.state``): complete, running, killed or incomplete."""
+    """Each run's state by run id (``workbench.storage.runs.RunStatus.state``): complete, running, killed or incomplete."""
     return {d.name: run_status(d).state for d in run_dirs(runs_dir)}
 
 
@@ -152,7 +152,7 @@ class _Trajectories:
     """
 
     def __init__(self, files: dict[str, Path], columns: set[str] | None = None):
-        from workbench.trajectory_store import cursor
+        from workbench.storage.trajectory_store import cursor
 
         self.con = cursor()  # the shared connection: footers stay cached between queries
         self.empty = not files
@@ -504,7 +504,7 @@ def run_size(runs_dir: str | os.PathLike, run_id: str) -> int:
 def load_trajectory(runs_dir: str | os.PathLike, run_id: str, row: int) -> Trajectory:
     """One full trajectory (turns included) of a run, by its ``row`` in :func:`run_trajectories`
     (only the Parquet row group that holds it is read)."""
-    from workbench.trajectory_store import read_rows
+    from workbench.storage.trajectory_store import read_rows
 
     return Trajectory.from_row(read_rows(_root(runs_dir) / run_id / TRAJECTORIES, [int(row)])[0])
 
@@ -610,7 +610,7 @@ def runs_table(runs_dir: str | os.PathLike) -> pd.DataFrame:
 
 def run_state(d: Path, root: Path | None = None) -> str:
     """The ``status`` cell of a run directory: complete or incomplete (with the note of
-    ``workbench.runs.run_status``), and where a symlinked run points."""
+    ``workbench.storage.runs.run_status``), and where a symlinked run points."""
     text = str(run_status(d))
     if d.is_symlink():
         target = d.resolve()

@@ -1,6 +1,6 @@
 """Header tooltips of the dashboard's tables: what each column means.
 
-A column read from a run file shows its meaning from the one schema (``workbench.schema``, what
+A column read from a run file shows its meaning from the one schema (``workbench.storage.schema``, what
 ``workbench schema`` prints); the dashboard's own aggregates (``failed``, ``tokens``...) are described here.
 """
 
@@ -36,13 +36,13 @@ MEAN_COLUMNS = ("em", "cem", "f1", "format_ok", "answered", "n_searches")
 
 def column_tooltips(columns: list[str], means: bool = False) -> dict[str, str]:
     """Header tooltips: the dashboard's own columns from ``COLUMN_TIPS``, a run file's column its meaning from
-    ``workbench.schema`` (``means``: the table holds means over trajectories, so em says "mean of: ...").
+    ``workbench.storage.schema`` (``means``: the table holds means over trajectories, so em says "mean of: ...").
 
     >>> column_tooltips(["failed", "em", "answered"], means=True)["em"][:20]
     'mean of: exact match'
     """
     from workbench.methods import PRESETS
-    from workbench.schema import describe
+    from workbench.storage.schema import describe
 
     out = {}
     for c in map(str, columns):

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from workbench.core.types import Passage
 from workbench.data.example import Example
 from workbench.data.records import (
     _PARSERS,
@@ -18,8 +19,7 @@ from workbench.data.records import (
     detect_layout,
     iter_records,
 )
-from workbench.io import stable_hash
-from workbench.tools.base import Passage
+from workbench.util.io import stable_hash
 
 # ----------------------------------------------------------------------------- corpora
 

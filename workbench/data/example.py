@@ -62,7 +62,7 @@ class Example:
 
 def save_examples(examples: list[Example], path: str | Path) -> Path:
     """Write examples as JSON lines (atomically)."""
-    from workbench.io import atomic_write_text
+    from workbench.util.io import atomic_write_text
 
     text = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in examples)
     return atomic_write_text(path, text)

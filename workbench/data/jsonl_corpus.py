@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench.core.types import Passage
 from workbench.data.corpora import parse_flashrag_contents
-from workbench.tools.base import Passage
 
 _CHUNK = 64 << 20
 
@@ -49,8 +49,8 @@ def line_offsets(path: str | os.PathLike) -> np.ndarray:
 
 def offsets_path(path: str | os.PathLike) -> Path:
     """Where the line offsets of the corpus file ``path`` are cached (keyed by its path, size and modification time)."""
-    from workbench.io import stable_hash
-    from workbench.paths import cache_dir
+    from workbench.util.io import stable_hash
+    from workbench.util.paths import cache_dir
 
     path = Path(path)
     st = path.stat()
@@ -58,7 +58,7 @@ def offsets_path(path: str | os.PathLike) -> Path:
 
 
 def _cached_offsets(path: Path) -> np.ndarray:
-    from workbench.io import atomic_path
+    from workbench.util.io import atomic_path
 
     cache = offsets_path(path)
     if cache.exists():

@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from workbench.core.types import Triple
 from workbench.data.corpora import (
     context_passage_id,
     corpus_from_contexts,
@@ -65,7 +66,6 @@ from workbench.data.records import (
     qa_example,
     twowiki_example,
 )
-from workbench.tools.base import Triple
 
 __all__ = [
     "DATASETS",
@@ -197,7 +197,7 @@ _LOADERS: dict[str, Callable[..., list[Example]]] = {
 def data_dirs(data_dir: PathLike | None = None) -> list[Path]:
     """Where :func:`load_dataset` looks for a dataset given by name, in order: ``data_dir``,
     ``$WORKBENCH_DATA``, ``<cache>/datasets``, then the shared real-format samples (``fixtures``)."""
-    from workbench.paths import cache_dir, shared_dir
+    from workbench.util.paths import cache_dir, shared_dir
 
     dirs = [Path(d) for d in (data_dir, os.environ.get("WORKBENCH_DATA")) if d]
     dirs.append(cache_dir() / "datasets")

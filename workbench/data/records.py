@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from workbench.core.types import Triple
 from workbench.data.example import Example
-from workbench.tools.base import Triple
 
 PathLike = str | os.PathLike
 

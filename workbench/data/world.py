@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from workbench.core.types import Passage
 from workbench.data.example import Example
 from workbench.data.world_names import (
     AWARD_FORMS,
@@ -74,9 +75,8 @@ from workbench.data.world_schema import (
     year_of,
 )
 from workbench.data.world_templates import TEMPLATES, Template, sub_question
-from workbench.io import atomic_write_json, atomic_write_text, file_lock, stable_hash
-from workbench.paths import cache_dir, repo_root
-from workbench.tools.base import Passage
+from workbench.util.io import atomic_write_json, atomic_write_text, file_lock, stable_hash
+from workbench.util.paths import cache_dir, repo_root
 
 __all__ = [
     "AWARD_YEAR",

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workbench.paths import repo_root
+from workbench.util.paths import repo_root
 
 #: The trained adapter shipped with the project (``data/adapters/README.md`` says how it was made): SFT then GRPO of
 #: the default model on Search-R1's protocol. The demo compares it with the untrained model; ``workbench ask`` asks it.

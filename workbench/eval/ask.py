@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.core.trajectory import POLICY, Trajectory, Turn
+from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.eval.adapters import TRAINED_ADAPTER
 from workbench.eval.config import (
@@ -40,9 +42,7 @@ from workbench.eval.config import (
 from workbench.protocols.base import ANSWER, INVALID, SEARCH
 from workbench.rl.train_config import DEFAULT_PROTOCOL_KWARGS
 from workbench.rollout.backends.base import Backend
-from workbench.runs import Run
-from workbench.tools.base import Hit
-from workbench.trajectory import POLICY, Trajectory, Turn
+from workbench.storage.runs import Run
 
 #: The method a question goes to unless another is named: the Search-R1 agent with the shipped trained adapter.
 DEFAULT_METHOD = f"search_r1{TRAINED}"

@@ -8,7 +8,7 @@ from workbench.eval.runner import EvalResult, score, summarize, write_eval_run
 from workbench.protocols.base import Protocol
 from workbench.rewards.features import compute_features
 from workbench.rl.expert import ExpertResult
-from workbench.runs import Run
+from workbench.storage.runs import Run
 
 
 def write_expert_run(result: ExpertResult, method: str, protocol: Protocol, out: Any = None, split: str = "train",

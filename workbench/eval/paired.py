@@ -93,7 +93,7 @@ def run_scores(run_dir: str | Path, method: str, metric: str = "cem", reward: An
     (a reward preset's ``Rubric``) the value is its total, computed from the run's ``features.parquet``."""
     import pyarrow.parquet as pq
 
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     try:
         run = open_run(run_dir)

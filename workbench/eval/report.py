@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.runs import Run
+from workbench.storage.runs import Run
 
 METRIC_COLUMNS = ["em", "cem", "f1", "format_ok"]
 
@@ -22,9 +22,9 @@ META_KEYS = {"dataset": "VARCHAR", "hops": "BIGINT", "qtype": "VARCHAR"}
 def trajectory_table(run: Run) -> pd.DataFrame:
     """One row per trajectory with scalar columns (no token lists, no prompt or turn text): what filters and
     tables use. Only those columns are read from ``trajectories.parquet`` (DuckDB), so a big run stays cheap."""
-    from workbench.parquet_sql import sql_literal as _quote
-    from workbench.runs import TRAJECTORIES
-    from workbench.trajectory_store import cursor, file_columns
+    from workbench.storage.parquet_sql import sql_literal as _quote
+    from workbench.storage.runs import TRAJECTORIES
+    from workbench.storage.trajectory_store import cursor, file_columns
 
     path = run.file(TRAJECTORIES)
     have = file_columns(path)

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.core.trajectory import Trajectory
+from workbench.core.types import Passage
 from workbench.data.example import Example
 from workbench.eval.config import DEFAULT_MODEL, EvalConfig, EvalEntry, with_adapter_settings
 from workbench.protocols.base import Protocol
@@ -48,9 +50,8 @@ from workbench.rewards.outcomes import MEAN_KEYS, OUTCOME_KEYS, score, summarize
 from workbench.rl.trackers import report_run
 from workbench.rollout.backends.base import Backend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.runs import Run
-from workbench.tools.base import Passage, Toolbox
-from workbench.trajectory import Trajectory
+from workbench.storage.runs import Run
+from workbench.tools.base import Toolbox
 
 #: Columns of the printed summary table, in display order, with their labels. ``s/answer`` is the method's wall time
 #: divided by its answers (what an answer costs; a method row only); ``latency s`` is each answer's own time from
@@ -382,7 +383,7 @@ def _print(msg: str) -> None:
 def load_backend(cfg: EvalConfig) -> tuple[Backend, str, str]:
     """``(backend, rollout engine, what was loaded)``: ``cfg.model`` with ``cfg.adapter`` attached (for the ``+lora``
     entries) in the rollout engine ``cfg.rollout_engine`` chooses."""
-    from workbench.models import load_policy
+    from workbench.core.models import load_policy
     from workbench.rollout.backends.quant import choose_engine, make_backend
 
     policy, tokenizer = load_policy(cfg.model, device=cfg.device, allow_pickle=cfg.allow_pickle_weights or None)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from workbench.core.types import Passage
 from workbench.data.example import Example
 from workbench.protocols.base import Protocol
-from workbench.tools.base import Passage, Toolbox
+from workbench.tools.base import Toolbox
 
 Toolboxes = dict[tuple[str, ...], Toolbox | Callable[[Example], Toolbox]]
 

@@ -1,4 +1,4 @@
-"""``workbench serve-retrieval``, ``workbench export verl`` and ``workbench import verl`` (registered in ``workbench.cli``)."""
+"""``workbench serve-retrieval``, ``workbench export verl`` and ``workbench import verl`` (registered in ``workbench.apps.cli``)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def check_serve_args(args: argparse.Namespace, env: dict[str, str] | None = None
     Each problem is a ValueError of one line naming the flag and the fix."""
     import os
 
-    from workbench.http_stack import is_loopback
+    from workbench.util.http_stack import is_loopback
 
     env = os.environ if env is None else env
     if not 0 <= args.port <= 65535:
@@ -111,7 +111,7 @@ def check_serve_args(args: argparse.Namespace, env: dict[str, str] | None = None
 def check_listen(host: str, port: int, fix: str = "pick another --port (0 = any free port) or --host") -> None:
     """Bind ``(host, port)`` and let go at once, so that a port in use (or a host that is no address of this machine)
     is a one-line ValueError naming the address and ``fix`` before a server spends minutes loading."""
-    from workbench.http_stack import bind_socket
+    from workbench.util.http_stack import bind_socket
 
     try:
         bind_socket(host, port).close()

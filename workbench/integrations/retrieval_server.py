@@ -21,7 +21,7 @@ chunks are done. So a one-query request joins the next round whatever big reques
 Limits, for a server other people (or other people's jobs) can reach: a request may ask for at most
 ``max_hits`` hits (queries × topk) and get at most ``max_response_bytes`` back (else 422, with the fix); its
 body must arrive within ``read_timeout_s`` (408) and connections with no request in progress close after
-``idle_timeout_s``, and so does one that stops reading its reply for ``write_timeout_s`` (``workbench.http_stack``);
+``idle_timeout_s``, and so does one that stops reading its reply for ``write_timeout_s`` (``workbench.util.http_stack``);
 unfinished bodies share ``max_buffered_bytes`` with at most ``max_client_bytes`` per client address, outside a
 small allowance per request, so stalled uploads are refused (503) before anyone's small request is. Fields are
 typed strictly (``"topk": "3"`` or ``true`` is a 422, and so is a query over ``MAX_QUERY_CHARS``); every error,
@@ -44,7 +44,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.http_stack import (  # noqa: F401 - ServerThread and serve_forever re-exported
+from workbench.core.types import Hit, Passage
+from workbench.util.http_stack import (  # noqa: F401 - ServerThread and serve_forever re-exported
     IDLE_TIMEOUT_S,
     READ_TIMEOUT_S,
     BearerAuth,
@@ -53,8 +54,7 @@ from workbench.http_stack import (  # noqa: F401 - ServerThread and serve_foreve
     authorized,
     serve_forever,
 )
-from workbench.textsafe import clean_text
-from workbench.tools.base import Hit, Passage
+from workbench.util.textsafe import clean_text
 
 log = logging.getLogger(__name__)
 

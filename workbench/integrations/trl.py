@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback
 
+from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example
 from workbench.protocols.base import Protocol
 from workbench.rewards.rubric import Rubric
@@ -62,9 +63,8 @@ from workbench.rl.steplog import StepBatch, finalize_run, step_row, write_step
 from workbench.rl.trackers import Trackers, tracker_names
 from workbench.rollout.backends.base import Backend, encode_chat
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.runs import Run
+from workbench.storage.runs import Run
 from workbench.tools.base import Toolbox
-from workbench.trajectory import Trajectory
 
 #: The column that carries each completion's trajectory to the reward functions (read by ``to_trl``).
 TRAJECTORY_KEY = "workbench_trajectory"

@@ -243,7 +243,7 @@ def resume(run_dir: str | os.PathLike, **kwargs: Any) -> Trainer:
     """Continue a training or SFT run from its newest checkpoint (:meth:`Trainer.resume`)."""
     from workbench.rl.sft import SFTTrainer
     from workbench.rl.trainer import Trainer
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     cls = SFTTrainer if open_run(run_dir).config.get("kind") == "sft" else Trainer
     return cls.resume(run_dir, run_parts, **kwargs)

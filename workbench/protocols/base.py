@@ -17,11 +17,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from workbench.tools.base import Toolbox, ToolCall, clean_text
+from workbench.core.types import ToolCall
+from workbench.tools.base import Toolbox, clean_text
 
 if TYPE_CHECKING:
+    from workbench.core.trajectory import Trajectory
     from workbench.data.example import Example
-    from workbench.trajectory import Trajectory
 
 SEARCH, ANSWER, INVALID = "search", "answer", "invalid"
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from workbench.core.types import Hit
 from workbench.protocols.base import (
     Action,
     Block,
@@ -39,10 +40,10 @@ from workbench.protocols.base import (
     shape_ok,
     turn_blocks,
 )
-from workbench.tools.base import Hit, Toolbox, clean_text, render_passages
+from workbench.tools.base import Toolbox, clean_text, render_passages
 
 if TYPE_CHECKING:
-    from workbench.trajectory import Trajectory
+    from workbench.core.trajectory import Trajectory
 
 
 class TaggedProtocol(Protocol):

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workbench.io import atomic_write_json, atomic_write_text
 from workbench.regress.results import ERROR, MISSING, NEW, PASS, REGRESSED, RegressReport
+from workbench.util.io import atomic_write_json, atomic_write_text
 
 # --------------------------------------------------------------------------- report
 

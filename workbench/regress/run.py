@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.io import atomic_write_json
 from workbench.regress.report import write_report
 from workbench.regress.results import (
     ERROR,
@@ -27,6 +26,7 @@ from workbench.regress.results import (
     lookup,
 )
 from workbench.regress.suite import Case, Tolerance, _fill, load_suite, make_fixture
+from workbench.util.io import atomic_write_json
 
 # --------------------------------------------------------------------------- one case
 
@@ -43,7 +43,7 @@ def execute_case(notebook: str, output: str, parameters: dict[str, Any], kernel:
     """
     from papermill.exceptions import PapermillExecutionError
 
-    from workbench.notebooks import execute_notebook
+    from workbench.apps.notebooks import execute_notebook
 
     # the notebook's kernel inherits this worker's environment: one torch thread per case, as the cases run side
     # by side (--jobs) and the baselines were taken so (sampling gives the same tokens only at the same threads)
@@ -82,7 +82,7 @@ def execute_case(notebook: str, output: str, parameters: dict[str, Any], kernel:
 def _render(executed: Path) -> str | None:
     """The executed notebook as HTML beside it (also a failed one: it shows the failing cell); None if
     there is no executed copy or it cannot be rendered (the report then links the notebook only)."""
-    from workbench.notebooks import render_html
+    from workbench.apps.notebooks import render_html
 
     if not executed.exists():
         return None
@@ -133,7 +133,7 @@ def run_regress(
 ) -> RegressReport:
     """Run a suite (see :func:`load_suite`) and write ``report.md``, ``report.html`` and ``results.json``
     into ``out`` (default ``runs/regress-<timestamp>/``)."""
-    from workbench.paths import runs_dir
+    from workbench.util.paths import runs_dir
 
     t_start = time.perf_counter()
     started = _dt.datetime.now()
@@ -296,7 +296,7 @@ def provenance(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     import platform
     import subprocess
 
-    from workbench.threads import available_cores
+    from workbench.util.threads import available_cores
 
     cwd = Path(repo) if repo else Path(__file__).resolve().parents[2]
 

@@ -237,7 +237,7 @@ def _fill(obj: Any, ctx: dict[str, Any]) -> Any:
 
 def make_fixture(fx: Fixture, root: Path) -> Path:
     """The run directory of fixture ``fx`` (made under ``root/<name>/`` for ``demo``)."""
-    from workbench.runs import list_runs
+    from workbench.storage.runs import list_runs
 
     if fx.run is not None:
         if not (Path(fx.run) / "config.json").exists():
@@ -245,7 +245,7 @@ def make_fixture(fx: Fixture, root: Path) -> Path:
         return Path(fx.run)
     out = root / fx.name
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "workbench.cli", "demo", "--no-notebooks", "--out", str(out)]
+    cmd = [sys.executable, "-m", "workbench.apps.cli", "demo", "--no-notebooks", "--out", str(out)]
     for k, v in (fx.demo or {}).items():
         flag = "--" + str(k).replace("_", "-")
         if v is True:

@@ -7,8 +7,8 @@ registered in :mod:`workbench.rewards.columns`; :mod:`workbench.rewards.features
 
 from __future__ import annotations
 
+from workbench.core.trajectory import Trajectory
 from workbench.rewards.metrics import demo_leak, in_context_answers, multi_option, option_set_f1
-from workbench.trajectory import Trajectory
 
 
 def answer_checks(t: Trajectory, golds: list[str]) -> dict[str, float]:

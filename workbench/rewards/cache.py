@@ -29,7 +29,7 @@ class FeatureCache:
 
     def __init__(self, path: str | os.PathLike | None = None):
         if path is None:
-            from workbench.paths import cache_dir
+            from workbench.util.paths import cache_dir
 
             path = cache_dir() / "features" / "cache.sqlite"
         self.path = str(path)
@@ -87,7 +87,7 @@ def as_cache(cache: bool | str | os.PathLike | FeatureCache | None) -> FeatureCa
     if isinstance(cache, FeatureCache):
         return cache
     if cache is True:
-        from workbench.paths import cache_dir
+        from workbench.util.paths import cache_dir
 
         key = (str(cache_dir() / "features" / "cache.sqlite"), os.getpid())  # one connection per process
         if key not in _DEFAULT_CACHES:

@@ -6,7 +6,7 @@ protocol (``Protocol.parse_in_context``, as the rollout engine does), replays th
 ``act`` with no tools (for what the protocol records about an action itself, e.g. the NL-DAG
 validation behind ``dag_valid``), rebuilds the search results from the rendered
 observations and asks the protocol for its format flags. The
-rebuilt :class:`~workbench.trajectory.Trajectory` then goes through the same
+rebuilt :class:`~workbench.core.trajectory.Trajectory` then goes through the same
 ``compute_features`` and the same :class:`~workbench.rewards.rubric.Rubric` as stored
 trajectories: the arithmetic exists once.
 
@@ -45,12 +45,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.core.types import Passage, ToolCall
 from workbench.data.example import Example
 from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Protocol
 from workbench.rewards.features import as_example, compute_features
 from workbench.rewards.rubric import RewardTable, Rubric
-from workbench.tools.base import Passage, Toolbox, ToolCall
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.tools.base import Toolbox
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.runs import run_status
+from workbench.storage.runs import run_status
 
 FEATURES_FILE = "features.parquet"
 
@@ -17,8 +17,8 @@ def save_features(run: Any, df: pd.DataFrame, name: str = FEATURES_FILE) -> Path
     """Write the features table to ``run.path / "features.parquet"`` (atomically). ``run``: a Run or a directory."""
     import pyarrow.parquet as pq
 
-    from workbench.io import atomic_path
     from workbench.rewards.columns import arrow_table
+    from workbench.util.io import atomic_path
 
     path = Path(getattr(run, "path", run)) / name
     table = arrow_table(df.reset_index(drop=True))  # a value that does not fit its column's type raises here
@@ -39,6 +39,6 @@ def load_features(run: Any, name: str = FEATURES_FILE) -> pd.DataFrame:
         status = run_status(path.parent)
         if not status.complete:
             raise FileNotFoundError(f"no features table at {path}: the run is incomplete ({status.note}); open a "
-                                    "complete run (workbench.runs.newest_run), or finish this one")
+                                    "complete run (workbench.storage.runs.newest_run), or finish this one")
         raise FileNotFoundError(f"no features table at {path}; compute it with workbench.rewards.featurize_run(run)")
     return frame_from_arrow(pq.read_table(path))

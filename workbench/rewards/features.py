@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example, as_example
 from workbench.rewards import columns
 from workbench.rewards.answer_checks import answer_checks
@@ -53,7 +54,6 @@ from workbench.rewards.metrics import (
     normalize_answer,
     word_count,
 )
-from workbench.trajectory import Trajectory
 
 __all__ = [
     "CONCISE_RULES",
@@ -284,7 +284,7 @@ def trajectory_failures(traj: Trajectory) -> list[str]:
     """What failed while ``traj`` was generated, one line ``"<component> failed: <error>"`` each (empty: nothing).
 
     >>> from workbench.tools.base import ToolCall
-    >>> from workbench.trajectory import OBSERVATION, Turn
+    >>> from workbench.core.trajectory import OBSERVATION, Turn
     >>> t = Trajectory("t", "q", "Q?", "search_r1", [], finish_reason="backend_error", meta={"errors": ["HTTP 503"]},
     ...                turns=[Turn(OBSERVATION, "", [], tool_calls=[ToolCall("search", {}, error="timed out")])])
     >>> trajectory_failures(t)
@@ -560,7 +560,7 @@ def _frame(records: list[dict[str, Any]], extra: Sequence[str] = ()) -> pd.DataF
 
 def featurize_run(run: Any, **kwargs: Any) -> pd.DataFrame:
     """Compute the features of a run's trajectories against its examples and save them; returns the table."""
-    from workbench.runs import open_run
+    from workbench.storage.runs import open_run
 
     run = open_run(run)
     df = compute_features(run.trajectories(), run.examples(), **kwargs)

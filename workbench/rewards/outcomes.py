@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example
-from workbench.trajectory import Trajectory
 
 #: Means computed per method and per hop count.
 MEAN_KEYS = ("em", "cem", "cem_strict", "f1", "multi_option", "demo_leak", "n_searches", "tokens", "seconds",

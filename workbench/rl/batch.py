@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
+from workbench.core.trajectory import Trajectory
 from workbench.rl.losses import normalizers
-from workbench.trajectory import Trajectory
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench.io import atomic_path, atomic_write_json, atomic_write_text
+from workbench.util.io import atomic_path, atomic_write_json, atomic_write_text
 
 STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_state.safetensors"

@@ -39,11 +39,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.core.trajectory import Trajectory
+from workbench.core.types import Passage
 from workbench.data.example import Example
 from workbench.protocols.base import ANSWER, SEARCH, Protocol
 from workbench.rewards.metrics import cover_exact_match
-from workbench.tools.base import Passage, Toolbox
-from workbench.trajectory import Trajectory
+from workbench.tools.base import Toolbox
 
 # =============================================================================== the expert's plan
 

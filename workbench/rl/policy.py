@@ -3,7 +3,7 @@ of the sampled tokens without a float32 batch × tokens × vocab tensor.
 
 - The reference policy is the same model with the adapter disabled
   (``with model.disable_adapter():``): no second copy of the weights in memory.
-- bf16 on CUDA, fp32 on CPU (``workbench.models.load_policy``); adapter weights stay fp32.
+- bf16 on CUDA, fp32 on CPU (``workbench.core.models.load_policy``); adapter weights stay fp32.
 - ``amp`` (``TrainConfig.amp``): the transformer body runs under ``torch.autocast(bf16)`` (``auto``: on
   CUDA only), the LoRA weights stay fp32 (their master copy and gradients), and the head's log-softmax
   stays fp32 (:func:`selective_logprobs`, outside autocast).
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from workbench.models import DEFAULT_MODEL, load_policy, portable_model_name
+from workbench.core.models import DEFAULT_MODEL, load_policy, portable_model_name
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class LoRAPolicy:
     """A causal LM with one trainable LoRA adapter; the reference policy is the adapter disabled.
 
     Args:
-        model_name_or_path: alias, local path or cached hub id (``workbench.models.load_policy``).
+        model_name_or_path: alias, local path or cached hub id (``workbench.core.models.load_policy``).
         r: LoRA rank.
         alpha: LoRA α (the update is scaled by α / r).
         dropout: LoRA dropout; active only while ``policy.model.train()`` (the model is left in
@@ -393,7 +393,7 @@ class LoRAPolicy:
     def save_adapter(self, directory: str | os.PathLike) -> Path:
         """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT format, loadable by
         ``PeftModel.from_pretrained`` and vLLM's LoRA support)."""
-        from workbench.io import atomic_write_json
+        from workbench.util.io import atomic_write_json
 
         d = Path(directory)
         self.model.save_pretrained(d, safe_serialization=True)

@@ -43,14 +43,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from workbench.core.trajectory import POLICY, Trajectory, load_trajectories, save_trajectories
 from workbench.data.example import Example
 from workbench.rewards.metrics import cover_exact_match
 from workbench.rl.batch import RLBatch, build_batch
 from workbench.rl.data_stream import DataStream, repeat_by_hops
 from workbench.rl.train_config import RunParts, TrainConfig
 from workbench.rl.trainer import Trainer
-from workbench.runs import Run, open_run
-from workbench.trajectory import POLICY, Trajectory, load_trajectories, save_trajectories
+from workbench.storage.runs import Run, open_run
 
 POOL_FILE = "sft/pool.trajectories.parquet"
 

@@ -3,7 +3,7 @@
 :class:`StepBatch` is what ``Trainer.collect`` gathered; :func:`step_row` turns it into the
 ``metrics.jsonl`` row; :func:`write_step` writes ``steps/<n>.trajectories.parquet`` /
 ``steps/<n>.features.parquet``; :func:`finalize_run` joins them and writes ``metrics.json``.
-Every file goes through the atomic writer (:mod:`workbench.io`), so a killed run never leaves a
+Every file goes through the atomic writer (:mod:`workbench.util.io`), so a killed run never leaves a
 truncated table.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from workbench.core.trajectory import Trajectory, save_trajectories
 from workbench.rewards.features import save_features
 from workbench.rewards.preset import FeatureNeeds
 from workbench.rl.advantages import FilterStats
-from workbench.runs import Run
-from workbench.trajectory import Trajectory, save_trajectories
+from workbench.storage.runs import Run
 
 
 @dataclass
@@ -104,7 +104,7 @@ def finalize_run(run: Run, config: Any, steps: int) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from workbench.io import atomic_path
+    from workbench.util.io import atomic_path
 
     d = run.path / "steps"
     tparts = sorted(d.glob("*.trajectories.parquet"))
@@ -199,7 +199,7 @@ def check_failed_share(n_failed: int, n: int, max_share: float, tables: Sequence
 
 def truncate_logs(run: Run, step: int) -> None:
     """Drop what a killed run logged after step ``step`` (metrics rows, step tables) so a resumed run logs it again."""
-    from workbench.io import atomic_write_text
+    from workbench.util.io import atomic_write_text
 
     rows = [r for r in run.step_metrics() if int(r.get("step", 0)) <= step]
     atomic_write_text(run.path / "metrics.jsonl",

@@ -306,7 +306,7 @@ class Trackers:
 
     Args:
         names: a ``--report-to`` value (:func:`tracker_names`).
-        run: the run (a :class:`workbench.runs.Run`, or anything with ``path``, ``id`` and ``config``).
+        run: the run (a :class:`workbench.storage.runs.Run`, or anything with ``path``, ``id`` and ``config``).
         say: where the line saying where each tracker writes goes (None: nowhere).
     """
 

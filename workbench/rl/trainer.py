@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.core.trajectory import Trajectory, save_trajectories
 from workbench.data.example import Example
 from workbench.rl.advantages import FilterStats, compute_advantages, fill_batch, keep_groups
 from workbench.rl.batch import RLBatch, build_batch, empty_batch
@@ -68,8 +69,7 @@ from workbench.rl.trackers import Trackers
 from workbench.rl.train_config import CURRICULA, RunParts, TrainConfig, check_parts  # noqa: F401 (re-exported)
 from workbench.rl.update import run_update
 from workbench.rollout.engine import rollout
-from workbench.runs import Run, open_run
-from workbench.trajectory import Trajectory, save_trajectories
+from workbench.storage.runs import Run, open_run
 
 log = logging.getLogger(__name__)
 

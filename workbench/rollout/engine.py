@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 from workbench.data.example import Example
 from workbench.protocols.base import ANSWER, INVALID, SEARCH, Observation, Protocol
 from workbench.rollout.backends.base import EOS, ERROR, Backend, Generation, SamplingParams, encode_chat
-from workbench.textsafe import clean_text
 from workbench.tools.base import Toolbox, neutralize_special_tokens
-from workbench.trajectory import OBSERVATION, POLICY, Trajectory, Turn
+from workbench.util.textsafe import clean_text
 
 
 @dataclass

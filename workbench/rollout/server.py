@@ -1,7 +1,7 @@
 """A local OpenAI-compatible completions server over any ``Backend``.
 
 ``serve(backend)`` starts a FastAPI app under uvicorn in a background thread (the HTTP stack of
-``workbench serve-retrieval``: :mod:`workbench.http_stack`) with
+``workbench serve-retrieval``: :mod:`workbench.util.http_stack`) with
 
 - ``POST /v1/completions``: ``prompt`` as token ids (``[1, 2, 3]``), text, or a list of either;
   ``max_tokens`` (default 16), ``temperature``, ``top_p``, ``stop``, ``seed``, ``logprobs``,
@@ -22,7 +22,7 @@ It is the CPU test double of a real inference server: on GPUs, serve the model w
 there. The HTTP tests and benchmarks point ``OpenAIBackend`` at this one, and it is a way to share one
 model between processes. Errors are OpenAI's ``{"error": {"message", "type", "code"}}`` (a body over
 ``MAX_BODY_BYTES``: 413; a wrong or missing ``api_key``: 401, checked before routing and before any body is read).
-Limits as the retrieval server's (:mod:`workbench.http_stack`): unfinished bodies share ``MAX_BUFFERED_BYTES`` with
+Limits as the retrieval server's (:mod:`workbench.util.http_stack`): unfinished bodies share ``MAX_BUFFERED_BYTES`` with
 at most ``MAX_CLIENT_BYTES`` per client address, replies a client does not read are dropped; a request carries at
 most ``MAX_PROMPTS`` prompts and each prompt plus ``max_tokens`` fits ``max_model_len`` (400 otherwise, as vLLM);
 a non-loopback bind needs an ``api_key``.
@@ -56,10 +56,10 @@ from typing import Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
 
-from workbench.http_stack import BearerAuth, BodyGuard, ServerThread, is_loopback, json_response
 from workbench.rollout.backends.base import ERROR, LENGTH, STOP, Backend, Generation, SamplingParams
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
+from workbench.util.http_stack import BearerAuth, BodyGuard, ServerThread, is_loopback, json_response
 
 log = logging.getLogger(__name__)
 
@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
                     "outside it is refused (default: the current directory)")
     ap.add_argument("--max-model-len", type=int, default=None, help="prompt plus completion tokens a request may ask "
                     "for (default: the model's max_position_embeddings)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.threads' choice)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.util.threads' choice)")
     args = ap.parse_args(argv)
 
     def fail(message: str) -> None:  # one line, before the model loads
@@ -560,10 +560,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.enable_lora and not os.path.isdir(args.lora_dir):
         fail(f"--lora-dir {args.lora_dir}: not a directory; give the directory the trainer saves adapters under "
                  "(e.g. runs)")
-    from workbench.threads import apply_threads
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
-    from workbench.models import DEFAULT_MODEL
+    from workbench.core.models import DEFAULT_MODEL
     from workbench.rollout.backends.hf import HFBackend
 
     backend = HFBackend.from_pretrained(args.model, device=args.device)

@@ -1,4 +1,4 @@
-"""Tool result types (``Hit``, ``Triple``), the ``Toolbox`` that runs tools safely, and result hygiene.
+"""The ``Toolbox`` that runs tools safely, and result hygiene.
 
 Every search tool returns ``list[Hit]`` (documents) or ``list[Triple]`` (knowledge graph).
 The ``Toolbox`` turns a tool that raises or times out into a recorded ``ToolCall`` with an
@@ -12,92 +12,11 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from workbench.textsafe import clean_obj
-from workbench.textsafe import clean_text as valid_text
-
-
-@dataclass
-class Passage:
-    """A corpus document."""
-
-    id: str
-    title: str
-    text: str
-    source: str = "wiki"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Hit:
-    """One retrieved document."""
-
-    id: str
-    title: str
-    text: str
-    score: float = 0.0
-    source: str = "wiki"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_passage(cls, p: Passage, score: float) -> Hit:
-        return cls(id=p.id, title=p.title, text=p.text, score=float(score), source=p.source)
-
-
-@dataclass
-class Triple:
-    """One knowledge-graph triple, with names for rendering and ids where known."""
-
-    head: str
-    relation: str
-    tail: str
-    head_id: str = ""
-    relation_id: str = ""
-    tail_id: str = ""
-    score: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def render(self) -> str:
-        return f"({self.head}, {self.relation}, {self.tail})"
-
-
-@dataclass
-class ToolCall:
-    """The record of one tool invocation inside a trajectory."""
-
-    name: str
-    args: dict[str, Any]
-    results: list[dict[str, Any]] = field(default_factory=list)
-    """``Hit`` or ``Triple`` dicts (or a tool's own dicts), as returned."""
-    error: str | None = None
-    latency_s: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
-        return cls(**d)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def hits(self) -> list[Hit]:
-        return [Hit(**r) for r in self.results if "text" in r]
-
-    def triples(self) -> list[Triple]:
-        return [Triple(**r) for r in self.results if "relation" in r]
-
+from workbench.core.types import Hit, ToolCall, Triple
+from workbench.util.textsafe import clean_obj
+from workbench.util.textsafe import clean_text as valid_text
 
 ToolFn = Callable[..., list[Any]]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.tools.base import Hit, Passage
+from workbench.core.types import Hit, Passage
 
 
 class BM25Search:

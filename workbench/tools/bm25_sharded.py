@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.tools.base import Hit, Passage
+from workbench.core.types import Hit, Passage
 
 META = "sharded.json"
 FILES = {"data": "data.csc.index.npy", "indices": "indices.csc.index.npy", "indptr": "indptr.csc.index.npy"}

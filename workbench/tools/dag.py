@@ -44,7 +44,8 @@ from typing import Any
 
 import networkx as nx
 
-from workbench.tools.base import Hit, ToolCall, clean_text, render_passages, run_parallel
+from workbench.core.types import Hit, ToolCall
+from workbench.tools.base import clean_text, render_passages, run_parallel
 from workbench.tools.sources import SourceRegistry, normalize_tool_name
 
 #: Every code a :class:`Problem` can carry.

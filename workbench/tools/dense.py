@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from workbench.tools.base import Hit, Passage
+from workbench.core.types import Hit, Passage
 
 Kind = Literal["query", "passage"]
 
@@ -435,8 +435,8 @@ class DenseSearch(_DenseBase):
         embeddings: np.ndarray | None = None,
         hnsw: dict[str, int] | None = None,
     ):
-        from workbench.io import file_lock
-        from workbench.paths import cache_dir
+        from workbench.util.io import file_lock
+        from workbench.util.paths import cache_dir
 
         super().__init__(passages, encoder, batch_size, progress, embeddings)
         self.hnsw = {"space": "cosine", **(hnsw or {})}

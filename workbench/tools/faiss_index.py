@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.tools.base import Hit, Passage
+from workbench.core.types import Hit, Passage
 from workbench.tools.dense import EncodedSearch, as_encoder
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.tools.base import Hit, Toolbox, Triple
+from workbench.core.types import Hit, Triple
+from workbench.tools.base import Toolbox
 
 REMOTE_KINDS = ("search", "kg", "plan")
 API_KEY_ENV = "WORKBENCH_RETRIEVAL_API_KEY"

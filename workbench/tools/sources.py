@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.tools.base import Hit, Passage
+from workbench.core.types import Hit, Passage
 
 SearchFn = Callable[[str, int], list[Hit]]
 SearcherFactory = Callable[[list[Passage]], SearchFn]

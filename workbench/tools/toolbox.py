@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.tools.base import Passage, Toolbox
+from workbench.core.types import Passage
+from workbench.tools.base import Toolbox
 
 RETRIEVERS = ("bm25", "dense")
 

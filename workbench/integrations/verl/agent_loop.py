@@ -43,6 +43,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 from verl.workers.rollout.replica import TokenOutput
 
+from workbench.core.trajectory import POLICY, Trajectory
 from workbench.protocols.base import Protocol
 from workbench.rollout.backends.base import (
     EOS,
@@ -57,7 +58,6 @@ from workbench.rollout.backends.base import (
 )
 from workbench.rollout.engine import RolloutConfig, close_trajectory, start_trajectory, step_trajectory
 from workbench.tools.base import Toolbox
-from workbench.trajectory import POLICY, Trajectory
 
 _STOP_WINDOW = 16  # tokens decoded from the end of a turn to find which stop string ended it (as the HF backend)
 

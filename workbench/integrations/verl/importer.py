@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.data.example import Example
-from workbench.io import read_jsonl
-from workbench.runs import Run
+from workbench.storage.runs import Run
+from workbench.util.io import read_jsonl
 
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 _CONSOLE = re.compile(r"step:(\d+) - (.*)$")
@@ -145,11 +145,11 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
                 out: str | Path | None = None, name: str | None = None, corpus: str | None = None,
                 features: bool = True) -> Run:
     """Read verl's dumps under ``dir`` (and its metrics log) into a new workbench run; see the module docstring."""
+    from workbench.core.trajectory import save_trajectories
     from workbench.eval.runner import FEATURES_FILE, score, summarize
     from workbench.integrations.verl.reward import _corpus
     from workbench.methods import get_method
     from workbench.rewards.export import trajectory_from_text
-    from workbench.trajectory import save_trajectories
 
     d = Path(dir)
     if not d.is_dir():

@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from workbench.core.types import Hit, ToolCall, Triple
 from workbench.protocols.base import (
     ANSWER,
     INVALID,
@@ -43,8 +44,8 @@ from workbench.protocols.base import (
     failure_text,
 )
 from workbench.protocols.tagged import TaggedProtocol
-from workbench.textsafe import MAX_JSON_DEPTH, json_depth, parse_json
-from workbench.tools.base import Hit, Toolbox, ToolCall, Triple, clean_text, render_passages, render_triples
+from workbench.tools.base import Toolbox, clean_text, render_passages, render_triples
+from workbench.util.textsafe import MAX_JSON_DEPTH, json_depth, parse_json
 
 # Paper Table 1, adapted: "the wikipedia search tool" -> the search tools; wikidata -> a knowledge graph.
 SYSTEM_PROMPT = (

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from workbench.core.types import Hit
 from workbench.protocols.base import ANSWER, INVALID, SEARCH, Action, Observation, Protocol
-from workbench.tools.base import Hit, Toolbox, clean_text
+from workbench.tools.base import Toolbox, clean_text
 
 BEGIN_QUERY, END_QUERY = "<|begin_of_query|>", "<|end_of_query|>"
 BEGIN_DOCS, END_DOCS = "<|begin_of_documents|>", "<|end_of_documents|>"

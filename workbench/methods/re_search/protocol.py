@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.core.trajectory import POLICY
+from workbench.core.types import Hit
 from workbench.protocols.base import (
     ANSWER,
     INVALID,
@@ -34,8 +36,7 @@ from workbench.protocols.base import (
     format_errors,
     strip_tags,
 )
-from workbench.tools.base import Hit, Toolbox, clean_text
-from workbench.trajectory import POLICY
+from workbench.tools.base import Toolbox, clean_text
 
 THINK, END_THINK = "<think>", "</think>"
 SEARCH_TAG, END_SEARCH = "<search>", "</search>"

@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.core.types import Hit, ToolCall
 from workbench.protocols.base import SEARCH, Action, Observation, failure_text, shape_ok
 from workbench.protocols.tagged import TaggedProtocol
-from workbench.tools.base import Hit, Toolbox, ToolCall, clean_text
+from workbench.tools.base import Toolbox, clean_text
 from workbench.tools.dag import DEFAULT_MAX_NODES, NodeResult, PlanResult, parse_plan, validate
 from workbench.tools.plan import PlanTool, make_plan_tool  # noqa: F401  (re-exported)
 from workbench.tools.sources import DEFAULT_SOURCES, SourceRegistry

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.core.types import Hit
 from workbench.protocols.base import INVALID, Action, last_block, policy_blocks
 from workbench.protocols.tagged import PassageSearchProtocol
 from workbench.rewards.evidence import EVIDENCE_TEMPLATE
-from workbench.tools.base import Hit
 
 MAX_TURNS = 4  # the project's spec (shared/SEEDS.md); the paper prints no turn limit
 TOP_K_TRAIN = 3  # passages per search in training (paper §4.3, "following Search-R1")
@@ -146,7 +146,7 @@ def rstool_answer(
     not asked (``answer=""``, ``error="no evidence"``): with no evidence there is nothing to reward.
     A failed call is recorded with ``answer=None`` and the ``error``, never raised.
     """
-    from workbench.trajectory import Trajectory
+    from workbench.core.trajectory import Trajectory
 
     if isinstance(traj_or_evidence, Trajectory):
         evidence = traj_or_evidence.flags.get("evidence")

@@ -24,8 +24,8 @@ from workbench.protocols.base import (
     find_tags,
     last_action,
 )
-from workbench.textsafe import over_limit, parse_json
 from workbench.tools.base import render_passages
+from workbench.util.textsafe import over_limit, parse_json
 
 # Search-R1's instruction (Jin et al. 2025), used by DSPO; adapted to be a system prompt.
 SYSTEM_PROMPT = (

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.core.types import Hit
 from workbench.protocols.tagged import PassageSearchProtocol
-from workbench.tools.base import Hit
 
 MAX_TURNS = 5  # paper appendix B, hyper-parameter table: max_turns 5
 

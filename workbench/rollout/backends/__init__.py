@@ -34,7 +34,7 @@ def make_backend(kind: str, model: str | None = None, **kw: Any) -> Backend:
         if "base_url" not in kw:
             raise ValueError("make_backend('openai') needs base_url=, e.g. 'http://127.0.0.1:8000/v1'")
         if model is None:
-            from workbench.models import DEFAULT_MODEL
+            from workbench.core.models import DEFAULT_MODEL
 
             model = DEFAULT_MODEL
         return OpenAIBackend(model=model, tokenizer=kw.pop("tokenizer", None), **kw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from workbench.textsafe import clean_text
+from workbench.util.textsafe import clean_text
 
 STOP, EOS, LENGTH, ERROR = "stop", "eos", "length", "error"
 

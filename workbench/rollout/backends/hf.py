@@ -132,7 +132,7 @@ class HFBackend(Backend):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, device: str = "auto", dtype: Any = None, **kw: Any) -> HFBackend:
-        from workbench.models import load_policy
+        from workbench.core.models import load_policy
 
         model, tok = load_policy(name_or_path, device=device, dtype=dtype)
         return cls(model, tok, **kw)
@@ -162,7 +162,7 @@ class HFBackend(Backend):
         for i, j in self._batches(prompts, limits):
             done += self._generate_chunk(prompts[i:j], limits[i:j], params, gen, t0)
             if self.device.type == "cpu":  # the batch's freed keys/values leave the heap (not the peak's reuse)
-                from workbench import models
+                from workbench.core import models
 
                 models.trim_heap()
         out: list[Generation] = [None] * len(done)  # type: ignore[list-item]

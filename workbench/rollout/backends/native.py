@@ -90,7 +90,7 @@ def _compiler() -> tuple[str | None, str]:
 
 
 def library_path(cc_version: str, portable: bool = False) -> Path:
-    from workbench.paths import cache_dir
+    from workbench.util.paths import cache_dir
 
     key = hashlib.sha256(SOURCE.read_bytes() + cc_version.encode() + _cpu_key().encode()).hexdigest()[:16]
     return cache_dir() / "native" / f"decode-step-{key}{'-portable' if portable else ''}.so"

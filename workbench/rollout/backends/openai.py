@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import tenacity
 
-from workbench.http_stack import is_loopback
 from workbench.rollout.backends.base import (
     EOS,
     ERROR,
@@ -34,7 +33,8 @@ from workbench.rollout.backends.base import (
     find_stop,
     token_limits,
 )
-from workbench.textsafe import clean_text
+from workbench.util.http_stack import is_loopback
+from workbench.util.textsafe import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class OpenAIBackend(Backend):
         base_url: the server, e.g. ``http://127.0.0.1:8000/v1`` (``/v1`` is appended when missing).
         model: the served model name (the ``model`` field of each request).
         tokenizer: the policy's tokenizer (the engine encodes observations with it); a name or
-            path loads it with ``workbench.models.load_tokenizer``.
+            path loads it with ``workbench.core.models.load_tokenizer``.
         api_key: sent as ``Authorization: Bearer <api_key>`` when given.
         timeout_s: per-request timeout (connect + read).
         max_retries: retries after the first attempt (so ``max_retries + 1`` attempts at most).
@@ -102,7 +102,7 @@ class OpenAIBackend(Backend):
         if concurrency < 1:
             raise ValueError(f"OpenAIBackend.concurrency must be >= 1, got {concurrency}")
         if tokenizer is None or isinstance(tokenizer, str):
-            from workbench.models import load_tokenizer
+            from workbench.core.models import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer or model)
         url = base_url.rstrip("/")

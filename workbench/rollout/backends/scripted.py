@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workbench.rollout.backends.base import EOS, LENGTH, STOP, Backend, Generation, SamplingParams, find_stop
-from workbench.textsafe import clean_text
+from workbench.util.textsafe import clean_text
 
 Script = Callable[[str, int], str] | list[str]
 

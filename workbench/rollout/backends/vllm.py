@@ -62,7 +62,7 @@ class VLLMBackend(Backend):
 
     Args:
         model: alias, local path (directory or ``.gguf``) or HF id; resolved with
-            ``workbench.models.resolve_model_path`` (the default model is converted once).
+            ``workbench.core.models.resolve_model_path`` (the default model is converted once).
         tokenizer: the policy's tokenizer (default: loaded from the resolved model path).
         dtype: weights / activations dtype.
         enable_lora: allow ``set_adapter`` (rollouts with the trainer's current LoRA adapter).
@@ -103,7 +103,7 @@ class VLLMBackend(Backend):
             from vllm.lora.request import LoRARequest
         except ImportError as e:
             raise ImportError(_INSTALL_HINT) from e
-        from workbench.models import load_tokenizer, resolve_model_path
+        from workbench.core.models import load_tokenizer, resolve_model_path
 
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"VLLMBackend.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")

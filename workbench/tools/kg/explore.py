@@ -14,11 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.core.trajectory import Trajectory
+from workbench.core.types import ToolCall, Triple
 from workbench.data.example import Example
-from workbench.tools.base import ToolCall, Triple
 from workbench.tools.kg.store import KnowledgeGraph
 from workbench.tools.kg.strings import normalize_name
-from workbench.trajectory import Trajectory
 
 MAX_HOPS = 3
 """Deepest neighbourhood :func:`neighbourhood` walks."""

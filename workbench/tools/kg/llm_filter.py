@@ -10,7 +10,8 @@ from typing import Any
 
 from rapidfuzz import fuzz, process
 
-from workbench.tools.base import Triple, clean_text
+from workbench.core.types import Triple
+from workbench.tools.base import clean_text
 from workbench.tools.kg.strings import name_words, normalize_name
 
 # ----------------------------------------------------------------------------- KG filter (Table 6)

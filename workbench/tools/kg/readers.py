@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from workbench.tools.base import Triple
+from workbench.core.types import Triple
 from workbench.tools.kg.strings import StringTable, _clean_field, _ptr_from_counts
 
 #: The class a ``from_*`` constructor is called on (:class:`~workbench.tools.kg.store.KnowledgeGraph`).

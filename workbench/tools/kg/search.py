@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from rapidfuzz import process
 
-from workbench.tools.base import Triple, clean_text, render_triples
+from workbench.core.types import Triple
+from workbench.tools.base import clean_text, render_triples
 from workbench.tools.kg.strings import (
     _LEN_CAP,
     LONG_FUZZY_WORD,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from rapidfuzz import fuzz
 
-from workbench.tools.base import Triple
+from workbench.core.types import Triple
 from workbench.tools.kg.readers import GraphReaders
 from workbench.tools.kg.search import GraphSearch
 from workbench.tools.kg.strings import (
@@ -348,7 +348,7 @@ class KnowledgeGraph(GraphSearch, GraphReaders):
 
     def save(self, path: str | Path) -> Path:
         """Write everything (storage and indexes) to one ``.npz`` file; :meth:`load` reads it back."""
-        from workbench.io import atomic_path
+        from workbench.util.io import atomic_path
 
         path = Path(path)
         arrays = {

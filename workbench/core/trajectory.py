@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.textsafe import clean_text
-from workbench.tools.base import ToolCall
+from workbench.core.types import ToolCall
+from workbench.util.textsafe import clean_text
 
 POLICY = "policy"
 OBSERVATION = "observation"
@@ -254,16 +254,16 @@ def _meta_from_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def save_trajectories(trajs: list[Trajectory], path: str | Path, extra_columns: dict[str, list[Any]] | None = None) -> Path:
     """Write trajectories to Parquet atomically (one row each, see ``Trajectory.to_row``); every
-    text column is made valid UTF-8 (``workbench.textsafe.clean_text``). ``extra_columns`` are
+    text column is made valid UTF-8 (``workbench.util.textsafe.clean_text``). ``extra_columns`` are
     appended; one named like a built-in column (e.g. ``method``) replaces it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from workbench.io import atomic_path
+    from workbench.util.io import atomic_path
 
     # text from models and tools may hold lone surrogates or NULs: made valid UTF-8 here, once
     rows = [{k: clean_text(v) if isinstance(v, str) else v for k, v in t.to_row().items()} for t in trajs]
-    table = pa.Table.from_pylist(rows, schema=_schema()) if rows else _schema().empty_table()
+    table = pa.Table.from_pylist(rows, schema=arrow_schema()) if rows else arrow_schema().empty_table()
     for name, values in (extra_columns or {}).items():
         if name in table.column_names:
             i = table.column_names.index(name)
@@ -290,7 +290,8 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     return [Trajectory.from_row(r) for r in pq.read_table(path).to_pylist()]
 
 
-def _schema():
+def arrow_schema():
+    """The Arrow schema of ``trajectories.parquet`` (one row per trajectory)."""
     import pyarrow as pa
 
     return pa.schema(

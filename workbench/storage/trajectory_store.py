@@ -3,7 +3,7 @@
 A run's file holds token ids, logprobs and every turn's text (~15 kB a trajectory): a view must not
 read that to draw a table. Here a table reads only the columns it names (:func:`read_columns`), a
 trajectory is read whole only when it is opened (:func:`read_rows`, :class:`LazyTrajectories`:
-DuckDB skips the other row groups, see ``workbench.trajectory.ROW_GROUP_ROWS``), and full-text
+DuckDB skips the other row groups, see ``workbench.core.trajectory.ROW_GROUP_ROWS``), and full-text
 search runs inside DuckDB over the text columns (:func:`search_rows`), returning positions only.
 
     >>> files = [Path("runs/a/trajectories.parquet")]                       # doctest: +SKIP
@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.parquet_sql import cursor, file_columns, sql_literal
-from workbench.text_index import (
+from workbench.core.trajectory import Trajectory
+from workbench.storage.parquet_sql import cursor, file_columns, sql_literal
+from workbench.storage.text_index import (
     VERIFY_ROWS,
     answers_alone,
     candidate_rows,
@@ -33,7 +34,6 @@ from workbench.text_index import (
     query_words,
     verify_rows,
 )
-from workbench.trajectory import Trajectory
 
 #: The columns full-text search looks in (a trajectory's question, every turn's text, its answer).
 SEARCH_COLUMNS = ("question", "response_text", "answer")
@@ -97,7 +97,7 @@ def search_rows(files: Sequence[str | os.PathLike], text: str, limit: int | None
 
 def _indexed_search(files: Sequence[str | os.PathLike], text: str, limit: int | None,
                     max_hits: int | None) -> dict[int, np.ndarray]:
-    """:func:`search_rows` through each file's word index (``workbench.text_index``); a file without one (and a
+    """:func:`search_rows` through each file's word index (``workbench.storage.text_index``); a file without one (and a
     read-only directory) or with too many candidates to check is scanned."""
     indexes = [ensure_index(f, wait=False) for f in files]  # a missing one: scanned now, built for next time
     have = [i for i, x in enumerate(indexes) if x is not None]

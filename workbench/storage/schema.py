@@ -4,7 +4,7 @@ tooltips on its column headers.
 
 The features' columns come from their registry (:mod:`workbench.rewards.columns`, where a method adds its
 own), the reward columns from the reward presets passed in (``workbench.methods.PRESETS``: one
-``reward_<component>`` per component, documented by the component's docstring), the trajectories' from :func:`workbench.trajectory.save_trajectories`' Arrow
+``reward_<component>`` per component, documented by the component's docstring), the trajectories' from :func:`workbench.core.trajectory.save_trajectories`' Arrow
 schema plus the columns the eval and training writers add.
 
 >>> s = schema("features").set_index("name")
@@ -85,9 +85,9 @@ def dtype_name(t) -> str:
 
 def trajectories_schema() -> pd.DataFrame:
     """``file, name, dtype, meaning`` of every column ``trajectories.parquet`` can hold."""
-    from workbench.trajectory import _schema
+    from workbench.core.trajectory import arrow_schema
 
-    rows = [("trajectories", f.name, dtype_name(f.type), TRAJECTORY_MEANINGS[f.name]) for f in _schema()]
+    rows = [("trajectories", f.name, dtype_name(f.type), TRAJECTORY_MEANINGS[f.name]) for f in arrow_schema()]
     rows += [("trajectories", n, t, f"{m} (written by: {who})") for n, (t, m, who) in TRAJECTORY_EXTRA.items()]
     return pd.DataFrame(rows, columns=SCHEMA_COLUMNS)
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.io import file_lock, stable_hash
-from workbench.paths import cache_dir
+from workbench.util.io import file_lock, stable_hash
+from workbench.util.paths import cache_dir
 
 log = logging.getLogger(__name__)
 

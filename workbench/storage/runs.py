@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.core.trajectory import Trajectory, load_trajectories, save_trajectories
 from workbench.data.example import Example, load_examples, save_examples
-from workbench.io import atomic_write_json, atomic_write_text, remove_stale_temp_files
-from workbench.paths import runs_dir
-from workbench.trajectory import Trajectory, load_trajectories, save_trajectories
+from workbench.util.io import atomic_write_json, atomic_write_text, remove_stale_temp_files
+from workbench.util.paths import runs_dir
 
 CONFIG, TRAJECTORIES, METRICS, EXAMPLES, STEP_METRICS, STATUS = (
     "config.json",
@@ -154,8 +154,8 @@ class Run:
         return _read_json(self.path / CONFIG)
 
     def write_trajectories(self, trajs: list[Trajectory], name: str = TRAJECTORIES, **kw: Any) -> Path:
-        """Write the trajectories, then their word index for full-text search (``workbench.text_index``)."""
-        from workbench.text_index import ensure_index
+        """Write the trajectories, then their word index for full-text search (``workbench.storage.text_index``)."""
+        from workbench.storage.text_index import ensure_index
 
         path = save_trajectories(trajs, self.path / name, **kw)
         ensure_index(path)  # None (search scans) when it cannot be written

@@ -24,7 +24,7 @@ def runs_dir() -> Path:
 
 def repo_root() -> Path:
     """The source checkout (parent of the ``workbench`` package)."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]  # workbench/util/paths.py
 
 
 def shared_dir() -> Path | None:

@@ -22,7 +22,7 @@ import pandas as pd
 from workbench.eval.adapters import TRAINED_ADAPTER
 from workbench.eval.config import EvalEntry
 from workbench.eval.runner import metrics_table, run_eval
-from workbench.runs import Run
+from workbench.storage.runs import Run
 
 #: The methods the demo compares: no retrieval, the search agent (untrained, and with the shipped SFT + GRPO adapter
 #: when it is there), the search + knowledge-graph agent.
@@ -90,7 +90,7 @@ def execute_demo_notebooks(run: Run, names: dict[str, dict[str, Any]] | None = N
     A notebook that is not in ``notebooks/`` is ``skipped``; one that raises is ``error`` (with the
     failing cell's error in ``error``) and the next one still runs.
     """
-    from workbench.notebooks import execute_notebook, notebook_path
+    from workbench.apps.notebooks import execute_notebook, notebook_path
 
     out: dict[str, dict[str, Any]] = {}
     ctx = {"run": str(run.path.resolve()), "runs": str(run.path.resolve().parent)}

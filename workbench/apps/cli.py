@@ -91,7 +91,7 @@ def _check_values(p: argparse.ArgumentParser) -> None:
 def _demo_args(p: argparse.ArgumentParser) -> None:
     import inspect
 
-    from workbench.demo import run_demo
+    from workbench.apps.demo import run_demo
 
     d = {k: v.default for k, v in inspect.signature(run_demo).parameters.items()}
     p.add_argument("--limit", type=_positive_int, default=d["limit"], help="dev questions to evaluate (default: %(default)s)")
@@ -106,12 +106,12 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-notebooks", action="store_true", help="skip executing the notebooks and writing the static dashboard into the run")
     p.add_argument("--rollout-engine", default=d["rollout_engine"], choices=("auto", "fp32", "int4"),
                    help="fp32: the exact HF backend; int4: int4 decode / bf16 prefill; auto: int4 on a CPU with native bf16 (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.util.threads)")
 
 
 def demo(args: argparse.Namespace) -> int:
-    from workbench.demo import run_demo
-    from workbench.threads import apply_threads
+    from workbench.apps.demo import run_demo
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
     run_demo(
@@ -167,7 +167,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.util.threads)")
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -175,7 +175,7 @@ def eval_command(args: argparse.Namespace) -> int:
 
     from workbench.eval.config import DEFAULT_MODEL, EvalConfig
     from workbench.eval.runner import format_table, run_dir_hint, run_eval
-    from workbench.threads import apply_threads
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalConfig) if getattr(args, f.name) is not None}
@@ -232,13 +232,13 @@ def _ask_args(p: argparse.ArgumentParser) -> None:
         "override_adapter": {"action": "store_true"},
     })
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.util.threads)")
 
 
 def ask_command(args: argparse.Namespace) -> int:
     from workbench.eval.ask import ASK_FIELDS, Asker, format_step
     from workbench.eval.runner import run_dir_hint
-    from workbench.threads import apply_threads
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
     given = {k: getattr(args, k) for k in ASK_FIELDS if getattr(args, k) not in (None, False)}
@@ -276,7 +276,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         "  workbench train --loss-overrides '{\"surrogate\": \"dual_clip\", \"adv_norm\": \"rloo\"}'\n"
         "  workbench train --config my_run.yaml --steps 50          # file first, flags on top\n"
         "  workbench train --resume runs/train-...                  # continue a killed run\n"
-        "  accelerate launch --multi_gpu --num_processes 2 -m workbench.cli train --steps 4  # data parallel\n"
+        "  accelerate launch --multi_gpu --num_processes 2 -m workbench train --steps 4  # data parallel\n"
         "    (torchrun launcher: NCCL on GPUs, gloo on CPU-only machines)\n"
         "dict/list fields take JSON, e.g. --reward-params '{\"alpha\": 0.3}' --question-types '[\"1hop\"]'.\n"
         "writes runs/<run_id>/: config.json, metrics.jsonl (one row per step), steps/, checkpoints/, metrics.json"
@@ -285,7 +285,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.threads)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.util.threads)")
     p.add_argument("--override-adapter", action="store_true",
                    help="keep the flags' values where they contradict what --init-adapter was trained with (its "
                         "provenance.json or its run's config.json: protocol, protocol arguments, turn budget, model); "
@@ -308,7 +308,7 @@ def train_command(args: argparse.Namespace) -> int:
 
     from workbench import methods
     from workbench.rl.trainer import TrainConfig
-    from workbench.threads import apply_threads
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
     names = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -371,10 +371,10 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
 
 
 def expert_command(args: argparse.Namespace) -> int:
+    from workbench.core.models import load_tokenizer
     from workbench.data.world import load_world
     from workbench.eval.expert import write_expert_run
     from workbench.methods import METHODS, get_method
-    from workbench.models import load_tokenizer
     from workbench.rl.expert import expert_traces, format_yield
     from workbench.tools.toolbox import build_toolbox
 
@@ -486,7 +486,7 @@ def sft_command(args: argparse.Namespace) -> int:
 
     from workbench import methods
     from workbench.rl.sft import SFTConfig, benchmark_examples
-    from workbench.threads import apply_threads
+    from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)  # --threads comes with the train flags
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(SFTConfig) if getattr(args, f.name) is not None}
@@ -638,8 +638,8 @@ def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = N
     """
     import os
 
-    from workbench.notebooks import KERNEL
-    from workbench.paths import repo_root
+    from workbench.apps.notebooks import KERNEL
+    from workbench.util.paths import repo_root
 
     given = {flag.split("=", 1)[0] for flag in extra}
     # a setting the user passes replaces ours (Jupyter refuses two values for one setting: "only accepts one value")
@@ -722,7 +722,7 @@ def _regress_args(p: argparse.ArgumentParser) -> None:
 
 
 def regress(args: argparse.Namespace) -> int:
-    from workbench.notebooks import notebooks_dir
+    from workbench.apps.notebooks import notebooks_dir
     from workbench.regress import run_regress
 
     report = run_regress(
@@ -764,7 +764,7 @@ def _schema_args(p: argparse.ArgumentParser) -> None:
 
 def schema_command(args: argparse.Namespace) -> int:
     from workbench.methods import PRESETS
-    from workbench.schema import format_schema, schema
+    from workbench.storage.schema import format_schema, schema
 
     df = schema(args.file, presets=PRESETS.values())
     if args.json:

@@ -1,6 +1,6 @@
 """A word index beside each ``trajectories.parquet``, so full-text search does not scan every text.
 
-Full-text search (the inspector's text box, :func:`workbench.trajectory_store.search_rows`) is a case-insensitive
+Full-text search (the inspector's text box, :func:`workbench.storage.trajectory_store.search_rows`) is a case-insensitive
 substring match over a trajectory's question, turns and answer. Over a million trajectories a scan decodes
 gigabytes of text per keystroke. The index maps each lower-cased word (RE2's ``[0-9a-z_]+`` after DuckDB's
 ``lower``) to the rows that hold it, in ``<stem>.words.parquet`` beside the file (a few % of its size), stamped
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.io import atomic_path
-from workbench.parquet_sql import cursor, file_columns, sql_literal
+from workbench.storage.parquet_sql import cursor, file_columns, sql_literal
+from workbench.util.io import atomic_path
 
 #: The columns the index covers (full-text search's columns, ``trajectory_store.SEARCH_COLUMNS``).
 INDEX_COLUMNS = ("question", "response_text", "answer")

@@ -11,7 +11,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from workbench.paths import repo_root
+from workbench.util.paths import repo_root
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def notebooks_dir() -> Path:
 def pick_run(run_dir: str = "", parameter: str = "run_dir", required: bool = True) -> Any:
     """The run a notebook opens: ``run_dir``, else the newest complete run under ``runs/`` (``list_runs()[0]``).
     Without one: a FileNotFoundError naming the notebook's ``parameter``, or None when not ``required``."""
-    from workbench.runs import newest_run, open_run
+    from workbench.storage.runs import newest_run, open_run
 
     if run_dir:
         return open_run(run_dir)
@@ -88,9 +88,9 @@ def kernel_name(preferred: str = KERNEL) -> str:
 #: Tag of the cell :func:`execute_notebook` puts first (before the parameters) in each executed copy.
 SETUP_TAG = "injected-setup"
 SETUP_SOURCE = (
-    "# injected by workbench.notebooks.execute_notebook: figures and widgets also keep a static HTML copy,\n"
+    "# injected by workbench.apps.notebooks.execute_notebook: figures and widgets also keep a static HTML copy,\n"
     "# so this executed notebook reads well without a kernel (nbconvert --to html, nbviewer)\n"
-    "from workbench.notebooks import static_outputs\n"
+    "from workbench.apps.notebooks import static_outputs\n"
     "static_outputs()"
 )
 
@@ -255,7 +255,7 @@ def render_html(notebook: str | os.PathLike, html_path: str | os.PathLike | None
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
-    from workbench.io import atomic_write_text
+    from workbench.util.io import atomic_write_text
 
     notebook = Path(notebook)
     target = Path(html_path) if html_path else notebook.with_suffix(".html")

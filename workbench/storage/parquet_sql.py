@@ -1,6 +1,6 @@
 """SQL over Parquet files: one shared in-memory DuckDB connection, a path as a SQL string literal, a file's columns.
 
-The run views (:mod:`workbench.trajectory_store`), the word index (:mod:`workbench.text_index`) and the
+The run views (:mod:`workbench.storage.trajectory_store`), the word index (:mod:`workbench.storage.text_index`) and the
 dashboard's queries all read Parquet through these, so they share one connection and its footer cache.
 
     >>> sql_literal("runs/it's here/trajectories.parquet")

@@ -1,0 +1,1 @@
+"""What every layer shares: the trajectory record and the policy loader (``models``)."""
