@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from workbench.data import world as world_mod
 from workbench.data.world import (
     AWARD_YEAR,
     QTYPE_SHARE,
@@ -22,6 +21,7 @@ from workbench.data.world import (
     load_world,
     verify,
 )
+from workbench.data.world import cache as world_cache
 
 TINY = WorldConfig(seed=3, n_entities=60, n_passages=120, n_questions=120)
 LARGE = WorldConfig(seed=5, n_entities=800, n_passages=2500, n_questions=1500)
@@ -214,7 +214,7 @@ def test_load_world_caches(tmp_path, monkeypatch):
     def no_build(config=None):
         raise AssertionError("rebuilt although cached")
 
-    monkeypatch.setattr(world_mod, "build_world", no_build)
+    monkeypatch.setattr(world_cache, "build_world", no_build)
     assert load_world(TINY) == first
     assert [p for p in (tmp_path / "world").iterdir() if p.is_dir()] == entries  # no temp folders left
     with pytest.raises(AssertionError, match="rebuilt"):
