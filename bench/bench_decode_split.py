@@ -34,11 +34,11 @@ def int4_steps(prompt: list[int], repeats: int) -> dict[str, float]:
     import torch
 
     from workbench.core.models import load_policy
-    from workbench.rollout.backends import SamplingParams, quant
+    from workbench.rollout.backends import SamplingParams, make_backend, quant
 
     torch.set_num_threads(1)
     model, tok = load_policy(device="cpu")
-    c_step = quant.make_backend("int4", model, tok)  # as rollouts run it: one-row steps in C where it is built
+    c_step = make_backend("hf", model, tokenizer=tok, engine="int4")  # as rollouts run it: one-row steps in C where it is built
     backend = quant.QuantBackend(model, tok, native=False)  # every step in torch (LeanDecode): the split below
     in_products = [0.0]
     real = quant.Int4Weight.matmul

@@ -63,8 +63,7 @@ def torch_runner(engine: str, threads: int):
     import torch
 
     from workbench.core.models import load_policy
-    from workbench.rollout.backends import SamplingParams
-    from workbench.rollout.backends.quant import make_backend
+    from workbench.rollout.backends import SamplingParams, make_backend
 
     torch.set_num_threads(threads)
     model, tok = load_policy(device="cpu")
@@ -75,7 +74,7 @@ def torch_runner(engine: str, threads: int):
         # torch's int4 kernel for the decode steps even where the engine would not use it (no native bf16)
         backend = QuantBackend(model, tok, lean=engine == "int4-torch", native=False, decode_rows=DECODE_ROWS)
     else:
-        backend = make_backend(engine, model, tok)
+        backend = make_backend("hf", model, tokenizer=tok, engine=engine)
     print(f"# {engine}: backend built in {time.process_time() - c:.2f} CPU s (the int4 engine quantizes a copy)")
     backend.generate([tok.encode("warm up")], SamplingParams(max_new_tokens=4, temperature=0.0))
 

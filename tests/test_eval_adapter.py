@@ -80,7 +80,7 @@ def test_protocol_kwargs_go_over_each_methods_declaration():
 
 
 def test_batch_budget_is_checked_and_reaches_the_backend(monkeypatch):
-    import workbench.rollout.backends.quant as quant
+    import workbench.rollout.backends as backends
     from workbench.eval.config import EvalConfig
     from workbench.eval.runner import run_eval
 
@@ -91,12 +91,12 @@ def test_batch_budget_is_checked_and_reaches_the_backend(monkeypatch):
     class Stop(Exception):
         pass
 
-    def fake_backend(engine, policy, tokenizer, **kw):
-        assert engine in ("fp32", "int4")  # --rollout-engine auto resolved before the backend is made
+    def fake_backend(kind, policy, *, tokenizer, engine, **kw):
+        assert kind == "hf" and engine in ("fp32", "int4")  # --rollout-engine auto resolved before (it is logged)
         seen.update(kw)
         raise Stop
 
-    monkeypatch.setattr(quant, "make_backend", fake_backend)
+    monkeypatch.setattr(backends, "make_backend", fake_backend)
     monkeypatch.setattr("workbench.core.models.load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None))
     for mib, want in ((None, None), (48, 48 << 20)):
         with pytest.raises(Stop):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.rollout.backends import SamplingParams
+from workbench.rollout.backends import SamplingParams, make_backend
 from workbench.rollout.backends.base import encode_chat
 from workbench.rollout.backends.hf import HFBackend
 from workbench.rollout.backends.quant import (
@@ -19,7 +19,6 @@ from workbench.rollout.backends.quant import (
     choose_engine,
     int4_groups,
     int4_step_error,
-    make_backend,
 )
 
 pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
@@ -257,11 +256,16 @@ def test_engine_choice_and_the_flag_that_forces_fp32(policy):
     assert choose_engine("int4", model)[0] == "int4"
     auto, why = choose_engine("auto", model)
     assert auto in ("fp32", "int4") and why.startswith("auto")
-    assert type(make_backend("fp32", model, tok)) is HFBackend
+    # the one factory: the engine asked for, and auto as choose_engine decides it
+    assert type(make_backend("hf", model, tokenizer=tok, engine="fp32")) is HFBackend
+    assert type(make_backend("hf", model, tokenizer=tok, engine="int4")) is QuantBackend
+    assert make_backend("hf", model, tokenizer=tok, engine="auto").name == ("int4" if auto == "int4" else "hf")
     with pytest.raises(ValueError, match="not one of"):
         choose_engine("int8", model)
-    with pytest.raises(ValueError, match="resolve 'auto'"):
-        make_backend("auto", model, tok)
+    with pytest.raises(ValueError, match="not one of"):
+        make_backend("hf", model, tokenizer=tok, engine="int8")
+    with pytest.raises(ValueError, match="needs tokenizer="):
+        make_backend("hf", model, engine="fp32")
     assert choose_engine("auto", torch.nn.Linear(32, 32)) == (
         "fp32", "auto: not a transformers model (no config), the int4 engine copies one")
 

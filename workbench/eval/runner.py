@@ -384,7 +384,8 @@ def load_backend(cfg: EvalConfig) -> tuple[Backend, str, str]:
     """``(backend, rollout engine, what was loaded)``: ``cfg.model`` with ``cfg.adapter`` attached (for the ``+lora``
     entries) in the rollout engine ``cfg.rollout_engine`` chooses."""
     from workbench.core.models import load_policy
-    from workbench.rollout.backends.quant import choose_engine, make_backend
+    from workbench.rollout.backends import make_backend
+    from workbench.rollout.backends.quant import choose_engine
 
     policy, tokenizer = load_policy(cfg.model, device=cfg.device, allow_pickle=cfg.allow_pickle_weights or None)
     n_params = sum(p.numel() for p in policy.parameters()) / 1e6
@@ -395,7 +396,8 @@ def load_backend(cfg: EvalConfig) -> tuple[Backend, str, str]:
         policy = attach_adapter(policy, cfg.adapter)
         what += f", LoRA adapter {resolve_adapter(cfg.adapter)} for the +lora methods"
     engine, why = choose_engine(cfg.rollout_engine, policy)
-    backend = make_backend(engine, policy, tokenizer, batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
+    backend = make_backend("hf", policy, tokenizer=tokenizer, engine=engine,
+                           batch_bytes=cfg.batch_mib << 20 if cfg.batch_mib else None)
     return backend, engine, what + f", {backend.device}; rollout engine {engine}: {why})"
 
 

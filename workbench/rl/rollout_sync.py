@@ -29,18 +29,19 @@ ROLLOUT_BACKENDS = ("hf", "openai", "vllm")
 
 
 def make_rollout_backend(config: Any, policy: Any) -> Any:
-    """The rollout backend ``config.rollout_backend`` names, for ``policy`` (a LoRAPolicy)."""
+    """The rollout backend ``config.rollout_backend`` names, for ``policy`` (a LoRAPolicy): ``TrainConfig``'s fields
+    handed to :func:`workbench.rollout.backends.make_backend`, and a served one checked for being reachable."""
+    from workbench.rollout.backends import make_backend
+
     kind = config.rollout_backend
     kw = dict(config.rollout_kwargs)
     if kind == "hf":  # the trained model itself (fp32) or its int4 copy (config.rollout_engine)
-        from workbench.rollout.backends.quant import choose_engine, make_backend
-
-        engine, _ = choose_engine(config.rollout_engine, policy.model)
-        return make_backend(engine, policy.model, policy.tokenizer, **kw)
+        return make_backend("hf", policy.model, tokenizer=policy.tokenizer, engine=config.rollout_engine, **kw)
     if kind == "openai":
-        from workbench.rollout.backends.openai import OpenAIBackend, RequestFailed
+        from workbench.rollout.backends.openai import RequestFailed
 
-        backend = OpenAIBackend(config.server, model=kw.pop("model", config.model), tokenizer=policy.tokenizer, **kw)
+        backend = make_backend("openai", kw.pop("model", config.model), tokenizer=policy.tokenizer,
+                               base_url=config.server, **kw)
         try:
             backend.models()
         except RequestFailed as e:
@@ -48,10 +49,8 @@ def make_rollout_backend(config: Any, policy: Any) -> Any:
                              "e.g. `python -m workbench.rollout.server --enable-lora --port 8000`, or fix --server") from None
         return backend
     if kind == "vllm":
-        from workbench.rollout.backends.vllm import VLLMBackend
-
         kw.setdefault("max_lora_rank", config.lora_r)
-        return VLLMBackend(config.model, tokenizer=policy.tokenizer, enable_lora=True, **kw)
+        return make_backend("vllm", config.model, tokenizer=policy.tokenizer, enable_lora=True, **kw)
     raise ValueError(f"TrainConfig.rollout_backend {kind!r} is not one of {ROLLOUT_BACKENDS}")
 
 

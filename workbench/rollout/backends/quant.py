@@ -501,12 +501,3 @@ class QuantBackend(HFBackend):
         past, attn, _, _ = self._prefill([prefix], [None])
         self._save(prefix, past, 0, attn[0].nonzero().squeeze(-1))
         self.stats["shared_prefix_tokens"] += n * (len(uniq) - 1)
-
-
-def make_backend(engine: str, model: Any, tokenizer: Any, **kw: Any) -> HFBackend:
-    """The rollout backend of a resolved engine (``fp32``: :class:`HFBackend`; ``int4``: :class:`QuantBackend`)."""
-    if engine == "int4":
-        return QuantBackend(model, tokenizer, **kw)
-    if engine == "fp32":
-        return HFBackend(model, tokenizer, **kw)
-    raise ValueError(f"rollout engine {engine!r}: resolve 'auto' with choose_engine first (one of fp32, int4)")
