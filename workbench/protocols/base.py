@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -450,15 +451,32 @@ class Protocol:
         }
 
     # ------------------------------------------------------------------ prompts
+    #: The instructions and the one worked example, as class attributes (a protocol whose text depends on its
+    #: settings overrides ``system_prompt()`` / ``demonstrations()`` instead). ``demo_steps``: ``(kind, content)``
+    #: with kind policy|observation; an observation's content (the tool's results) is rendered by
+    #: ``demo_observation``, so the demo shows exactly what this protocol's observations look like.
+    system_text: ClassVar[str] = ""
+    demo_question: ClassVar[str] = ""
+    demo_steps: ClassVar[Sequence[tuple[str, Any]]] = ()
+
     def system_prompt(self) -> str:
-        raise NotImplementedError
+        if not self.system_text:
+            raise NotImplementedError(f"{type(self).__name__}: set system_text or override system_prompt()")
+        return self.system_text
 
     def user_prompt(self, example: Example) -> str:
         return f"Question: {example.question}"
 
     def demonstrations(self) -> list[dict[str, Any]]:
         """Few-shot demos: each ``{"question": str, "steps": [(kind, text), ...]}`` with kind policy|observation."""
-        return []
+        if not self.demo_steps:
+            return []
+        steps = [(k, self.demo_observation(v) if k == "observation" else v) for k, v in self.demo_steps]
+        return [{"question": self.demo_question, "steps": steps}]
+
+    def demo_observation(self, content: Any) -> str:
+        """The text of a demo's observation step: ``content`` rendered as this protocol renders a tool's results."""
+        return self.render(content)
 
     def messages(self, example: Example) -> list[dict[str, str]]:
         """Chat messages for the prompt: system, demonstrations (as chat turns), the question."""

@@ -18,7 +18,7 @@ them in ``markers``. R1-Searcher (Song et al., 2025), for instance, is::
         shape = r"think ((query documents )+think )?answer"  # see its paper for the exact one
         stop = ("<|end_of_query|>", "</answer>")
         invalid_message = "..."
-        def system_prompt(self): return SYSTEM_PROMPT
+        system_text = SYSTEM_PROMPT  # demo_question, demo_steps: the worked example
 
 (``tests/test_protocols_tagged.py`` builds exactly such a class and runs it.)
 """

@@ -279,12 +279,12 @@ class DynaSearcher(TaggedProtocol):
     def config(self) -> dict[str, Any]:
         return {**super().config(), "kg_filter": self.kg_filter_llm is not None, "kg_filter_keep": self.kg_filter_keep}
 
-    def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
+    system_text = SYSTEM_PROMPT
+    demo_question = DEMO_QUESTION
+    demo_steps = DEMO_STEPS
 
-    def demonstrations(self) -> list[dict[str, Any]]:
-        steps = [(k, self.render(*v) if k == "observation" else v) for k, v in DEMO_STEPS]
-        return [{"question": DEMO_QUESTION, "steps": steps}]
+    def demo_observation(self, content: Any) -> str:
+        return self.render(*content)  # (documents, triples, notes)
 
     # ------------------------------------------------------------------ actions
     def parse(self, text: str) -> Action:

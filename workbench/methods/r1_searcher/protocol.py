@@ -54,12 +54,9 @@ class R1Searcher(Protocol):
     def __init__(self, top_k: int = 3, **kwargs: Any):  # top-3 documents in training (top-5 in their evaluation)
         super().__init__(top_k=top_k, **kwargs)
 
-    def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
-
-    def demonstrations(self) -> list[dict[str, Any]]:
-        steps = [(k, self.render(v) if k == "observation" else v) for k, v in DEMO_STEPS]
-        return [{"question": DEMO_QUESTION, "steps": steps}]
+    system_text = SYSTEM_PROMPT
+    demo_question = DEMO_QUESTION
+    demo_steps = DEMO_STEPS
 
     def parse(self, text: str) -> Action:
         """The last complete answer box, else the last complete query; never raises (linear scans only)."""

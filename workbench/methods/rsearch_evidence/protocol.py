@@ -87,12 +87,9 @@ class RSearchEvidence(PassageSearchProtocol):
     def __init__(self, top_k: int = TOP_K_TRAIN, **kwargs: Any):
         super().__init__(top_k=top_k, **kwargs)
 
-    def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
-
-    def demonstrations(self) -> list[dict[str, Any]]:
-        steps = [(k, self.render(v) if k == "observation" else v) for k, v in DEMO_STEPS]
-        return [{"question": DEMO_QUESTION, "steps": steps}]
+    system_text = SYSTEM_PROMPT
+    demo_question = DEMO_QUESTION
+    demo_steps = DEMO_STEPS
 
     # ------------------------------------------------------------------ actions
     def parse(self, text: str) -> Action:

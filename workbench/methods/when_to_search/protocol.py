@@ -78,12 +78,9 @@ class WhenToSearch(PassageSearchProtocol):
     tags = TAGS
     shape = SHAPE
 
-    def system_prompt(self) -> str:
-        return SYSTEM_PROMPT
-
-    def demonstrations(self) -> list[dict[str, Any]]:
-        steps = [(k, self.render(v) if k == "observation" else v) for k, v in DEMO_STEPS]
-        return [{"question": DEMO_QUESTION, "steps": steps}]
+    system_text = SYSTEM_PROMPT
+    demo_question = DEMO_QUESTION
+    demo_steps = DEMO_STEPS
 
     def extra_checks(self, traj, blocks, flags, errors) -> dict[str, Any]:
         return {"reflect_count": sum(b.well_formed for b in self.blocks_of(traj, "reflect"))}
