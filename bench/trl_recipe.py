@@ -56,10 +56,9 @@ def parser() -> argparse.ArgumentParser:
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """Everything but the model: method, examples, dataset, rollout function, rewards, GRPOConfig kwargs, notes."""
-    from workbench.integrations.trl import grpo_config_kwargs, make_rollout_func, trl_dataset
+    from workbench.integrations.trl import grpo_config_kwargs, make_rollout_func, to_trl, trl_dataset
     from workbench.integrations.verl.export import _examples  # pure Python: the same dataset choice as verl export
     from workbench.methods import get_method
-    from workbench.rewards.export import to_trl
     from workbench.rl.trackers import tracker_names
     from workbench.rollout.engine import RolloutConfig
 

@@ -213,7 +213,7 @@ def test_demo_leak_is_flagged_and_reported_per_method(tokenizer):
 def test_trajectories_rebuilt_from_text_carry_the_protocols_prompt():
     """A completion scored from text (TRL, verl) has no stored prompt: the protocol's own prompt for the question is
     put back, so an answer copied from its demonstrations is still a demo leak."""
-    from workbench.rewards.export import trajectory_from_text
+    from workbench.rewards.from_text import trajectory_from_text
 
     t = trajectory_from_text("Beijing", get_protocol("vanilla_rag"), EX[0])
     assert "Beijing" in t.prompt_text

@@ -11,9 +11,11 @@ import pytest
 from workbench.core.trajectory import POLICY
 from workbench.core.types import Hit
 from workbench.data.example import Example
+from workbench.integrations.trl import to_trl
+from workbench.integrations.verl.reward import to_verl
 from workbench.methods import get_preset, get_protocol
-from workbench.rewards.export import parse_passages, split_turns, to_trl, to_verl, trajectory_from_text
 from workbench.rewards.features import compute_features
+from workbench.rewards.from_text import parse_passages, split_turns, trajectory_from_text
 from workbench.rollout.backends.scripted import ScriptedBackend
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.tools.base import Toolbox
@@ -315,7 +317,7 @@ def stored_ids(tokenizer):
 
 @pytest.mark.parametrize("preset", ["dspo", "dynasearcher", "when_to_search"])
 def test_text_rewards_equal_the_rubric_with_passage_ids(stored_ids, preset):
-    from workbench.rewards.export import PassageIndex
+    from workbench.rewards.from_text import PassageIndex
 
     enc, index = HashEncoder(), PassageIndex(CORPUS)
     features = compute_features(stored_ids, ID_EXAMPLES, encoder=enc, cache=False, passages=index)

@@ -15,11 +15,11 @@ from workbench.integrations.trl import (
     grpo_config_kwargs,
     make_rollout_func,
     rollout_output,
+    to_trl,
     trl_dataset,
     trl_row,
 )
 from workbench.methods import get_method
-from workbench.rewards.export import to_trl
 from workbench.rewards.features import compute_features
 from workbench.rollout.engine import RolloutConfig, rollout
 from workbench.tools.toolbox import build_toolbox

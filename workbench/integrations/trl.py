@@ -20,7 +20,7 @@ generated turn by turn with the protocol's stop strings, parsed, acted on with t
 is appended as ids, so ``completion_ids`` are the policy tokens as sampled plus the observation tokens, with
 ``env_mask`` 0 on the observations and ``logprobs`` 0.0 there. The trajectory itself goes out as the column
 ``workbench_trajectory`` (``Trajectory.to_dict()``: turns, actions, passage ids, flags, timings): the reward
-functions of :func:`workbench.rewards.export.to_trl` score it as it is, so they give the Rubric's numbers on the
+functions of :func:`to_trl` score it as it is, so they give the Rubric's numbers on the
 same trajectories (nothing is rebuilt from the decoded text).
 
 Sampling temperature and top-p come from the trainer's ``GRPOConfig`` (TRL divides the logits by
@@ -57,7 +57,8 @@ from transformers import TrainerCallback
 from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example
 from workbench.protocols.base import Protocol
-from workbench.rewards.rubric import Rubric
+from workbench.rewards.from_text import Completion, TextScorer, as_passage_index, configured_rubric, missing_message
+from workbench.rewards.rubric import RewardTable, Rubric
 from workbench.rl.advantages import FilterStats
 from workbench.rl.steplog import StepBatch, finalize_run, step_row, write_step
 from workbench.rl.trackers import Trackers, tracker_names
@@ -503,3 +504,87 @@ def grpo_config_kwargs(method: str) -> tuple[dict[str, Any], list[str]]:
     if cfg.kl_coef_end is not None or paper.get("kl_coef_end") is not None:
         notes.append("KL anneal has no GRPOConfig field: constant beta used")
     return kw, notes
+
+
+# ----------------------------------------------------------------------------- reward functions
+
+_EXAMPLE_KEYS = ("answers", "golden_answers", "answer", "ground_truth", "target", "solution", "gold", "hops", "qtype",
+                 "supporting_ids", "supporting_titles", "sources", "question", "id", "meta")
+
+
+def _prompt_question(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        for m in reversed(list(prompt)):
+            if isinstance(m, Mapping) and m.get("role") == "user":
+                return str(m.get("content") or "")
+    return ""
+
+
+def to_trl(
+    rubric: Rubric, protocol: Protocol, *, split: bool = True, on_missing: str = "raise",
+    weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (), evidence_model: Any = None,
+    encoder: Any = None, cache: Any = True, passages: Any = None, **params: Any,
+) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
+    """TRL ``GRPOTrainer`` reward functions and their weights for a Rubric (a preset's: ``workbench.methods.get_preset``),
+    whose completions ``protocol`` parses (``params`` and ``weights`` go over the rubric's).
+
+    ``split=True``: one function per component (TRL logs each under its ``__name__``),
+    with the rubric's weights (0 = logged only), so TRL's weighted sum is the rubric total.
+    ``split=False``: one function returning the total, weight 1.
+
+    A NaN in a rewarded component raises (``on_missing="raise"``, the default: TRL's
+    ``nansum`` would otherwise silently drop it); ``on_missing="none"`` returns None for it
+    (TRL's "not applicable"). Weight-0 components return None when NaN.
+
+    ``passages``: the corpus the rollouts searched, so rendered passages resolve to their ids
+    (the same features as on stored trajectories; see :func:`trajectory_from_text`).
+
+    Each function is called as ``f(prompts=..., completions=..., **dataset_columns)`` (``GRPOTrainer(reward_funcs=
+    funcs, args=GRPOConfig(reward_weights=weights))``) and returns one float per completion; completions are strings
+    or lists of messages. Gold answers come from the dataset column ``answers`` (or ``golden_answers`` / ``answer``
+    / ``ground_truth`` / ``solution``), hops and supporting passages from ``hops`` / ``supporting_titles`` /
+    ``supporting_ids``, the question from ``question`` (else the last user message of the prompt).
+
+    With this module's rollout function (:class:`RolloutFunc`), each completion's trajectory arrives as the column
+    ``workbench_trajectory``: it is scored as it is (turns, passage ids, flags), not rebuilt from text
+    (:meth:`~workbench.rewards.from_text.TextScorer.score_trajectories`).
+    """
+    if on_missing not in ("raise", "none"):
+        raise ValueError(f"on_missing must be 'raise' or 'none', got {on_missing!r}")
+    rubric = configured_rubric(rubric, weights, params)
+    scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
+                                           "cache": cache, "passages": as_passage_index(passages)})
+
+    def table_for(prompts: Sequence[Any], completions: Sequence[Completion], kwargs: Mapping[str, Any]) -> RewardTable:
+        n = len(completions)
+        cols = {k: list(v) for k, v in kwargs.items() if k in _EXAMPLE_KEYS and isinstance(v, (list, tuple, np.ndarray))}
+        examples = [{k: v[i] for k, v in cols.items() if len(v) == n} for i in range(n)]
+        if not any(any(k in e for k in _EXAMPLE_KEYS[:7]) for e in examples):
+            raise ValueError(
+                "TRL reward: no gold answers among the dataset columns passed to the reward function "
+                f"(looked for {', '.join(_EXAMPLE_KEYS[:7])}; got {', '.join(sorted(kwargs)) or 'none'})"
+            )
+        trajs = kwargs.get("workbench_trajectory")
+        if trajs is not None and len(trajs) == n:  # from our TRL rollout function: score the trajectories themselves
+            return scorer.score_trajectories(trajs, examples)
+        questions = [str(e.get("question") or _prompt_question(p)) for e, p in zip(examples, prompts)]
+        return scorer.score(completions, examples, questions)
+
+    def make(name: str, weight: float) -> Callable[..., list[float | None]]:
+        def reward(prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any) -> list[float | None]:
+            table = table_for(prompts, completions, kwargs)
+            vals = table.frame[name].to_numpy()
+            bad = [i for i, v in enumerate(vals) if math.isnan(v)]
+            if bad and weight != 0 and on_missing == "raise":
+                raise ValueError(missing_message(rubric, table, name, bad))
+            return [None if math.isnan(v) else float(v) for v in vals]
+
+        reward.__name__ = reward.__qualname__ = f"{rubric.name}_{name}"
+        reward.__doc__ = f"{rubric.name} reward component {name!r} (TRL signature)."
+        return reward
+
+    if split:
+        return [make(n, w) for n, w in rubric.weights.items()], list(rubric.weights.values())
+    return [make("total", 1.0)], [1.0]

@@ -4,13 +4,13 @@ Two steps (docs/architecture.md): ``compute_features(trajs, examples)`` computes
 parameter-free facts of each trajectory once (a table, ``run/features.parquet``); a
 ``Rubric`` (e.g. ``workbench.methods.get_preset("dynasearcher", gamma=0.8)``: each paper's
 :class:`RewardPreset` lives in its method package) turns the table into rewards
-with a per-component breakdown, instantly. ``to_trl`` / ``to_verl`` export the same
-arithmetic for scale-out trainers; ``counterfactual`` compares parameter settings.
+with a per-component breakdown, instantly. ``from_text`` scores completion text with the same
+arithmetic (the TRL and verl reward functions in ``workbench.integrations`` wrap it); ``counterfactual``
+compares parameter settings.
 """
 
 from workbench.rewards.counterfactual import Counterfactual, counterfactual, group_stats, rescore
 from workbench.rewards.evidence import EVIDENCE_TEMPLATE, EvidenceScorer
-from workbench.rewards.export import features_from_text, features_from_texts, to_trl, to_verl, trajectory_from_text
 from workbench.rewards.features import (
     FEATURE_COLUMNS,
     FeatureCache,
@@ -20,6 +20,7 @@ from workbench.rewards.features import (
     load_features,
     save_features,
 )
+from workbench.rewards.from_text import features_from_text, features_from_texts, trajectory_from_text
 from workbench.rewards.judges import JUDGES, AccuracyJudge, Judge, SimilarityJudge, YesNoJudge, get_judge
 from workbench.rewards.metrics import (
     answer_metrics,
@@ -39,6 +40,6 @@ __all__ = [
     "SimilarityJudge", "YesNoJudge",
     "answer_metrics", "check_concise", "compute_features", "counterfactual", "cover_exact_match", "exact_match",
     "f1_score", "features_from_text", "features_from_texts", "featurize_run", "get_judge",
-    "group_stats", "load_features", "normalize_answer", "rescore", "save_features", "sub_exact_match", "to_trl",
-    "to_verl", "trajectory_from_text",
+    "group_stats", "load_features", "normalize_answer", "rescore", "save_features", "sub_exact_match",
+    "trajectory_from_text",
 ]

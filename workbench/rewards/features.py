@@ -268,7 +268,7 @@ def _make_row(traj: Trajectory, ex: Example, passages: Mapping[str, Any] | None)
 def failed_tool_calls(traj: Trajectory) -> list[Any]:
     """The tool calls of ``traj`` that raised or timed out (a DAG node skipped as invalid is not one).
 
-    An observation rebuilt from text (``workbench.rewards.export``: a call with
+    An observation rebuilt from text (``workbench.rewards.from_text``: a call with
     ``meta["parsed_from_text"]``) ran no tool: the protocol's records replayed beside it are not failures.
     """
     out = []

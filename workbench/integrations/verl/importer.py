@@ -149,7 +149,7 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
     from workbench.eval.runner import FEATURES_FILE, score, summarize
     from workbench.integrations.verl.reward import _corpus
     from workbench.methods import get_method
-    from workbench.rewards.export import trajectory_from_text
+    from workbench.rewards.from_text import trajectory_from_text
 
     d = Path(dir)
     if not d.is_dir():

@@ -1,6 +1,9 @@
-"""Reward exports for scale-out trainers: TRL ``GRPOTrainer`` reward functions and verl ``compute_score``.
+"""Scoring completion *text* with a Rubric: what the scale-out trainers' reward functions run.
 
-Both work from completion *text*: :func:`trajectory_from_text` splits a completion into the
+TRL's reward functions (:func:`workbench.integrations.trl.to_trl`) and verl's ``compute_score``
+(:func:`workbench.integrations.verl.reward.to_verl`) are thin adapters over :class:`TextScorer`.
+
+It works from completion *text*: :func:`trajectory_from_text` splits a completion into the
 policy turns and the observations the environment appended, parses each turn with the
 protocol (``Protocol.parse_in_context``, as the rollout engine does), replays the protocol's
 ``act`` with no tools (for what the protocol records about an action itself, e.g. the NL-DAG
@@ -17,18 +20,6 @@ the same passages as on stored trajectories; without it ``recall_id`` is NaN and
 and embeddings of the rendered, possibly truncated, text. Observations delivered as chat turns inside a
 flat string cannot be told apart from policy text: pass TRL's conversational message lists instead
 (every non-assistant role is an observation; an assistant message is split at inline observations).
-
-TRL (``GRPOTrainer(reward_funcs=funcs, args=GRPOConfig(reward_weights=weights))``): each
-function is called as ``f(prompts=..., completions=..., **dataset_columns)`` and returns one
-float per completion; completions are strings or lists of messages. Gold answers come from
-the dataset column ``answers`` (or ``golden_answers`` / ``answer`` / ``ground_truth`` /
-``solution``), hops and supporting passages from ``hops`` / ``supporting_titles`` /
-``supporting_ids``, the question from ``question`` (else the last user message of the prompt).
-
-verl (``custom_reward_function.path`` / ``.name``): ``compute_score(data_source,
-solution_str, ground_truth, extra_info=None)`` returns the total (or, with
-``return_dict=True``, ``{"score": total, <component>: value, ...}``); ``extra_info`` may carry
-``question``, ``hops``, ``supporting_titles``, ``supporting_ids``.
 """
 
 from __future__ import annotations
@@ -36,10 +27,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -450,7 +440,8 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _missing_message(rubric: Rubric, table: RewardTable, name: str, rows: list[int]) -> str:
+def missing_message(rubric: Rubric, table: RewardTable, name: str, rows: list[int]) -> str:
+    """The one-line error for a rewarded component that came out NaN on ``rows``, naming what to configure."""
     absent = f"; absent feature columns: {', '.join(table.absent_columns)}" if table.absent_columns else ""
     return (f"{rubric.name}: component {name!r} is missing (NaN) for completions {rows[:10]}{absent}. "
             "Configure the feature it needs (judges=, evidence_model=, encoder=, dataset columns such as hops or "
@@ -464,134 +455,10 @@ def _protocol(protocol: Protocol) -> Protocol:
     return protocol
 
 
-def _configured(rubric: Rubric, weights: Mapping[str, float] | None, params: Mapping[str, Any]) -> Rubric:
+def configured_rubric(rubric: Rubric, weights: Mapping[str, float] | None, params: Mapping[str, Any]) -> Rubric:
     """``rubric`` with ``params`` and ``weights`` on top (validated by the rubric)."""
     if not isinstance(rubric, Rubric):
         raise TypeError(f"expected a Rubric, got {type(rubric).__name__} {rubric!r}: build one from a preset's name "
                         "with workbench.methods.get_preset(name)")
     rubric = rubric.with_params(**params) if params else rubric
     return rubric.with_weights(**weights) if weights else rubric
-
-
-# ============================================================================= TRL
-
-_EXAMPLE_KEYS = ("answers", "golden_answers", "answer", "ground_truth", "target", "solution", "gold", "hops", "qtype",
-                 "supporting_ids", "supporting_titles", "sources", "question", "id", "meta")
-
-
-def _prompt_question(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, Sequence):
-        for m in reversed(list(prompt)):
-            if isinstance(m, Mapping) and m.get("role") == "user":
-                return str(m.get("content") or "")
-    return ""
-
-
-def to_trl(
-    rubric: Rubric, protocol: Protocol, *, split: bool = True, on_missing: str = "raise",
-    weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (), evidence_model: Any = None,
-    encoder: Any = None, cache: Any = True, passages: Any = None, **params: Any,
-) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
-    """TRL ``GRPOTrainer`` reward functions and their weights for a Rubric (a preset's: ``workbench.methods.get_preset``),
-    whose completions ``protocol`` parses (``params`` and ``weights`` go over the rubric's).
-
-    ``split=True``: one function per component (TRL logs each under its ``__name__``),
-    with the rubric's weights (0 = logged only), so TRL's weighted sum is the rubric total.
-    ``split=False``: one function returning the total, weight 1.
-
-    A NaN in a rewarded component raises (``on_missing="raise"``, the default: TRL's
-    ``nansum`` would otherwise silently drop it); ``on_missing="none"`` returns None for it
-    (TRL's "not applicable"). Weight-0 components return None when NaN.
-
-    ``passages``: the corpus the rollouts searched, so rendered passages resolve to their ids
-    (the same features as on stored trajectories; see :func:`trajectory_from_text`).
-
-    With our TRL rollout function (``workbench.integrations.trl``), each completion's trajectory arrives as the
-    column ``workbench_trajectory``: it is scored as it is (turns, passage ids, flags), not rebuilt from text.
-    """
-    if on_missing not in ("raise", "none"):
-        raise ValueError(f"on_missing must be 'raise' or 'none', got {on_missing!r}")
-    rubric = _configured(rubric, weights, params)
-    scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
-                                           "cache": cache, "passages": as_passage_index(passages)})
-
-    def table_for(prompts: Sequence[Any], completions: Sequence[Completion], kwargs: Mapping[str, Any]) -> RewardTable:
-        n = len(completions)
-        cols = {k: list(v) for k, v in kwargs.items() if k in _EXAMPLE_KEYS and isinstance(v, (list, tuple, np.ndarray))}
-        examples = [{k: v[i] for k, v in cols.items() if len(v) == n} for i in range(n)]
-        if not any(any(k in e for k in _EXAMPLE_KEYS[:7]) for e in examples):
-            raise ValueError(
-                "TRL reward: no gold answers among the dataset columns passed to the reward function "
-                f"(looked for {', '.join(_EXAMPLE_KEYS[:7])}; got {', '.join(sorted(kwargs)) or 'none'})"
-            )
-        trajs = kwargs.get("workbench_trajectory")
-        if trajs is not None and len(trajs) == n:  # from our TRL rollout function: score the trajectories themselves
-            return scorer.score_trajectories(trajs, examples)
-        questions = [str(e.get("question") or _prompt_question(p)) for e, p in zip(examples, prompts)]
-        return scorer.score(completions, examples, questions)
-
-    def make(name: str, weight: float) -> Callable[..., list[float | None]]:
-        def reward(prompts: Sequence[Any], completions: Sequence[Completion], **kwargs: Any) -> list[float | None]:
-            table = table_for(prompts, completions, kwargs)
-            vals = table.frame[name].to_numpy()
-            bad = [i for i, v in enumerate(vals) if math.isnan(v)]
-            if bad and weight != 0 and on_missing == "raise":
-                raise ValueError(_missing_message(rubric, table, name, bad))
-            return [None if math.isnan(v) else float(v) for v in vals]
-
-        reward.__name__ = reward.__qualname__ = f"{rubric.name}_{name}"
-        reward.__doc__ = f"{rubric.name} reward component {name!r} (TRL signature)."
-        return reward
-
-    if split:
-        return [make(n, w) for n, w in rubric.weights.items()], list(rubric.weights.values())
-    return [make("total", 1.0)], [1.0]
-
-
-# ============================================================================= verl
-
-
-def to_verl(
-    rubric: Rubric, protocol: Protocol, *, return_dict: bool = False,
-    on_missing: str = "raise", weights: Mapping[str, float] | None = None, judges: Sequence[Any] = (),
-    evidence_model: Any = None, encoder: Any = None, cache: Any = True, passages: Any = None, **params: Any,
-) -> Callable[..., float | dict[str, float]]:
-    """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` for a Rubric whose
-    completions ``protocol`` parses (``params`` and ``weights`` go over the rubric's).
-
-    Returns the rubric total as a float, or with ``return_dict=True`` a dict with ``score``
-    (verl's reward) and one entry per component (logged by verl as extra info). A NaN total
-    raises (``on_missing="raise"``) or is returned as NaN with the reason logged as a warning
-    (``on_missing="nan"``: what an exported reward module uses, so that data without our extras,
-    e.g. Search-R1's parquet without ``hops``, scores the computable components and never kills a
-    worker). ``passages``: the corpus, to resolve rendered passages to ids (as in :func:`to_trl`).
-    """
-    if on_missing not in ("raise", "nan"):
-        raise ValueError(f"on_missing must be 'raise' or 'nan', got {on_missing!r}")
-    rubric = _configured(rubric, weights, params)
-    scorer = TextScorer(rubric, protocol, {"judges": judges, "evidence_model": evidence_model, "encoder": encoder,
-                                           "cache": cache, "passages": as_passage_index(passages)})
-
-    def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                      **_: Any) -> float | dict[str, float]:
-        info = dict(extra_info) if isinstance(extra_info, Mapping) else {}
-        gt = ground_truth.tolist() if isinstance(ground_truth, np.ndarray) else ground_truth
-        example = {**info, "ground_truth": gt}
-        for k in ("answers", "golden_answers", "answer", "target", "solution", "gold"):
-            example.pop(k, None)  # ground_truth is the gold answer verl passes
-        table = scorer.score([solution_str], [example], [str(info.get("question") or "")])
-        total = float(table.total[0])
-        if math.isnan(total):
-            missing = [n for n in rubric.weights if rubric.weights[n] and math.isnan(float(table.frame[n].iloc[0]))]
-            msg = _missing_message(rubric, table, ", ".join(missing) or "total", [0])
-            if on_missing == "raise":
-                raise ValueError(msg)
-            log.warning("%s (data_source=%r; the score is NaN)", msg, data_source)
-        if not return_dict:
-            return total
-        return {"score": total, **{n: float(table.frame[n].iloc[0]) for n in rubric.weights}}
-
-    compute_score.__doc__ = f"verl reward for the {rubric.name!r} rubric (parameters {rubric.params})."
-    return compute_score
