@@ -222,24 +222,30 @@ def test_a_real_grpo_trainer_step(setup, tmp_path, monkeypatch, tiny_model):
     assert len(lora_b) == 2 * model.config.num_hidden_layers and set(moved) == lora_b, f"unchanged: {sorted(lora_b - set(moved))[:4]}"
 
 
-def _recipe():
-    import importlib.util
-    from pathlib import Path
+def _recipe(argv: list[str]) -> int:
+    """``workbench train --engine trl ARGV`` through the command line's own entry point."""
+    from workbench.apps.cli import main
 
-    spec = importlib.util.spec_from_file_location("trl_recipe", Path(__file__).resolve().parents[1] / "bench" / "trl_recipe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return main(["train", "--engine", "trl", *argv])
+
+
+def test_train_hands_engine_trl_command_lines_to_the_trl_trainer():
+    from workbench.apps.cli import trl_argv
+
+    assert trl_argv(["train", "--engine", "trl", "--steps", "2"]) == ["--steps", "2"]
+    assert trl_argv(["-v", "train", "--steps", "2", "--engine=trl"]) == ["--steps", "2"]
+    assert trl_argv(["train", "--engine", "workbench", "--steps", "2"]) is None
+    assert trl_argv(["train", "--steps", "2"]) is None
+    assert trl_argv(["eval", "--engine", "trl"]) is None and trl_argv([]) is None
 
 
 def test_recipe_help_dry_run_and_bad_input(tmp_path, capsys):
     import json
 
-    recipe = _recipe()
     with pytest.raises(SystemExit) as e:
-        recipe.main(["--help"])
+        _recipe(["--help"])
     assert e.value.code == 0 and "--group-size" in capsys.readouterr().out
-    assert recipe.main(["--out", str(tmp_path), "--dry-run", "--method", "dynasearcher", "--limit", "3",
+    assert _recipe(["--out", str(tmp_path), "--dry-run", "--method", "dynasearcher", "--limit", "3",
                         "--group-size", "4", "--questions-per-step", "2"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["questions"] == 3 and plan["grpo"]["num_generations"] == 4
@@ -250,7 +256,7 @@ def test_recipe_help_dry_run_and_bad_input(tmp_path, capsys):
                          (["--group-size", "1"], "--group-size must be >= 2"),
                          (["--dataset", str(tmp_path / "missing.jsonl")], "not found")):
         with pytest.raises(SystemExit) as e:
-            recipe.main(["--out", str(tmp_path), "--dry-run", *argv])
+            _recipe(["--out", str(tmp_path), "--dry-run", *argv])
         err = capsys.readouterr().err
         assert e.value.code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
 
@@ -348,13 +354,13 @@ def test_run_recorder_writes_each_step_as_the_trainer_does(setup, tokenizer, tmp
 
 @pytest.mark.slow
 def test_the_recipe_writes_a_run_the_inspector_opens(tmp_path, capsys, monkeypatch):
-    """bench/trl_recipe.py with a real GRPOTrainer step: its run opens in the inspector, the playground and the
+    """``workbench train --engine trl`` with a real GRPOTrainer step: its run opens in the inspector, the playground and the
     dashboard, and its logs are in TensorBoard and Trackio (when installed)."""
     from workbench.storage.runs import open_run
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     here = _trackers_here()
-    assert _recipe().main(["--method", METHOD, "--out", str(tmp_path), "--steps", "1", "--limit", "2",
+    assert _recipe(["--method", METHOD, "--out", str(tmp_path), "--steps", "1", "--limit", "2",
                            "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "12", "--beta", "0",
                            "--max-completion-length", "64", "--report-to", ",".join(here) or "none"]) == 0
     (path,) = tmp_path.iterdir()

@@ -278,9 +278,14 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         "  workbench train --resume runs/train-...                  # continue a killed run\n"
         "  accelerate launch --multi_gpu --num_processes 2 -m workbench train --steps 4  # data parallel\n"
         "    (torchrun launcher: NCCL on GPUs, gloo on CPU-only machines)\n"
+        "  workbench train --engine trl --method search_r1 --steps 1 --out runs/trl   # TRL's GRPOTrainer\n"
+        "    (its own flags: workbench train --engine trl --help)\n"
         "dict/list fields take JSON, e.g. --reward-params '{\"alpha\": 0.3}' --question-types '[\"1hop\"]'.\n"
         "writes runs/<run_id>/: config.json, metrics.jsonl (one row per step), steps/, checkpoints/, metrics.json"
     )
+    p.add_argument("--engine", choices=TRAIN_ENGINES, default="workbench",
+                   help="workbench: the workbench's own trainer (the flags below); trl: TRL's GRPOTrainer with the "
+                        "workbench's rollout function and rewards, which takes its own flags (see --engine trl --help)")
     p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig as JSON or YAML (flags override it)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
@@ -812,7 +817,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: ``workbench train --engine``: the trainers a run can come from.
+TRAIN_ENGINES = ("workbench", "trl")
+
+
+def trl_argv(argv: list[str]) -> list[str] | None:
+    """The arguments for TRL's trainer when ``argv`` is ``train ... --engine trl ...`` (``--engine`` taken out); None
+    for any other command line. TRL's trainer has flags of its own, so it parses them itself."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] != "train":
+        return None
+    rest = list(argv[argv.index("train") + 1:])
+    for i, a in enumerate(rest):
+        if a == "--engine" and i + 1 < len(rest) and rest[i + 1] == "trl":
+            return rest[:i] + rest[i + 2:]
+        if a == "--engine=trl":
+            return rest[:i] + rest[i + 1:]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    trl_args = trl_argv(argv)
+    if trl_args is not None:
+        from workbench.integrations.trl_train import main as trl_main
+
+        return trl_main(trl_args)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "lab":  # only `workbench lab` passes unknown flags on (to Jupyter)

@@ -249,7 +249,9 @@ tools:
 """
 
 
-def _examples(dataset: str, split: str | None, limit: int | None) -> tuple[list[Any], list[Any], str]:
+def dataset_examples(dataset: str, split: str | None, limit: int | None) -> tuple[list[Any], list[Any], str]:
+    """``(train, val, source)`` examples of ``dataset`` (``world`` or a dataset name / file), as ``export verl`` and
+    ``train --engine trl`` choose them."""
     if str(dataset).lower() == "world":
         from workbench.data.world import load_world
 
@@ -283,9 +285,9 @@ def export_verl(method: str, dataset: str = "world", out: str | Path = "exports"
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     proto = m.get_protocol()
-    train, val, source = _examples(dataset, split, limit)
+    train, val, source = dataset_examples(dataset, split, limit)
     if val_dataset is not None:
-        val, _, _ = _examples(val_dataset, None, limit)
+        val, _, _ = dataset_examples(val_dataset, None, limit)
     paths = {"train": write_parquet([verl_row(e, proto, source, "train", i) for i, e in enumerate(train)],
                                     out / "train.parquet")}
     paths["val"] = write_parquet([verl_row(e, proto, source, "val", i) for i, e in enumerate(val or train[:64])],

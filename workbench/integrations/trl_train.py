@@ -1,10 +1,10 @@
 """Train a method with TRL's GRPOTrainer, the workbench's multi-turn rollout function and its reward functions.
 
-    .venv/bin/python bench/trl_recipe.py --method search_r1 --out runs/trl --steps 1 \\
+    workbench train --engine trl --method search_r1 --out runs/trl --steps 1 \\
         --group-size 2 --questions-per-step 2 --max-new-tokens 48     # a CPU smoke run (about a minute)
 
 The rollout is our engine (``workbench.integrations.trl.RolloutFunc``: the method's protocol and toolbox, observations
-appended as ids and masked out of the loss through TRL's ``env_mask``); the rewards are ``to_trl`` of the method's
+appended as ids and masked out of the loss through TRL's ``env_mask``); the rewards are ``workbench.integrations.trl.to_trl`` of the method's
 reward preset, scored on each completion's trajectory (the Rubric's numbers). The method's paper values go onto
 ``GRPOConfig`` (``grpo_config_kwargs``: clip, KL beta, loss aggregation, reward scaling, group size, learning rate;
 what TRL has no field for is printed as a note); the flags below override them. LoRA via peft.
@@ -23,12 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
+
+#: The command this module is (``workbench train`` hands its arguments here when they say ``--engine trl``).
+PROG = "workbench train --engine trl"
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[2:]))
     ap.add_argument("--method", default="search_r1", help="a method with an optimizer preset (`workbench methods`)")
     ap.add_argument("--dataset", default="world", help="'world' or a dataset name / file (as `workbench export verl`)")
@@ -37,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", default="world", help="'world' or a corpus file the toolbox searches")
     ap.add_argument("--retriever", default="bm25", choices=("bm25", "dense"))
     ap.add_argument("--model", default=None, help="policy model (default: the workbench's default model)")
-    ap.add_argument("--out", required=True, help="runs root the run directory is created in")
+    ap.add_argument("--out", default=None, metavar="DIR",
+                    help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     ap.add_argument("--report-to", default="none", metavar="T[,T...]",
                     help="experiment trackers: tensorboard, wandb, mlflow, trackio (workbench.rl.trackers; default: none)")
     ap.add_argument("--steps", type=int, default=1, help="optimizer steps (GRPOConfig.max_steps)")
@@ -57,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """Everything but the model: method, examples, dataset, rollout function, rewards, GRPOConfig kwargs, notes."""
     from workbench.integrations.trl import grpo_config_kwargs, make_rollout_func, to_trl, trl_dataset
-    from workbench.integrations.verl.export import _examples  # pure Python: the same dataset choice as verl export
+    from workbench.integrations.verl.export import dataset_examples  # the same dataset choice as `export verl`
     from workbench.methods import get_method
     from workbench.rl.trackers import tracker_names
     from workbench.rollout.engine import RolloutConfig
@@ -68,7 +72,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     tracker_names(args.report_to)  # a library not installed: named before anything loads
     method = get_method(args.method)
     kw, notes = grpo_config_kwargs(args.method)
-    train, _, _ = _examples(args.dataset, args.split, args.limit)
+    train, _, _ = dataset_examples(args.dataset, args.split, args.limit)
     group = args.group_size or kw.get("num_generations") or 2
     if group < 2:
         raise ValueError(f"--group-size must be >= 2 (GRPO needs a group), got {group}")
@@ -108,7 +112,9 @@ def train(args: argparse.Namespace, parts: dict[str, Any], summary: dict[str, An
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL: we know
     model, tok = load_policy(args.model)
     on_cpu = next(model.parameters()).device.type == "cpu"
-    run = Run.create(args.out, kind="train", name=f"trl-{args.method}")
+    from workbench.util.paths import runs_dir
+
+    run = Run.create(args.out or runs_dir(), kind="train", name=f"trl-{args.method}")
     parts["grpo"]["output_dir"] = str(run.path / "trl")
     (run.path / "recipe.json").write_text(json.dumps(summary, indent=2, default=str))
     config = grpo_config(parts, on_cpu)
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import trl  # noqa: F401
     except ImportError:
-        ap.exit(2, "trl_recipe: TRL is not installed; run `make setup` (or pip install -e '.[trl]')\n")
+        ap.exit(2, f"{PROG}: error: TRL is not installed; run `make setup` (or pip install -e '.[trl]')\n")
     try:
         parts = build(args)
         if args.dry_run:
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
             grpo_config(parts, on_cpu=not torch.cuda.is_available())
     except (ValueError, KeyError, FileNotFoundError, ModuleNotFoundError) as e:
-        ap.exit(2, f"trl_recipe: {e}\n")
+        ap.exit(2, f"{PROG}: error: {e}\n")
     summary = {"method": args.method, "questions": len(parts["examples"]), "grpo": parts["grpo"],
                "rollout": parts["rollout_config"], "notes": parts["notes"],
                "rewards": [f.__name__ for f in parts["reward_funcs"]]}
@@ -150,6 +156,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run: {run.path}  (workbench dashboard --runs {run.path.parent}; the inspector and the playground open it)")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
