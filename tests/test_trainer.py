@@ -79,6 +79,40 @@ def test_config_file_round_trip_and_derived_loss(tmp_path):
     assert annealed.kl_coef_at(0) == pytest.approx(0.1) and annealed.kl_coef_at(10) == pytest.approx(0.01)
 
 
+def test_every_config_field_is_in_one_named_section_and_files_may_use_them(tmp_path, capsys):
+    import dataclasses
+
+    from workbench.apps.cli import main
+    from workbench.rl.sft import SFTConfig
+
+    for cls in (TrainConfig, SFTConfig):
+        listed = [f for fs in cls.SECTIONS.values() for f in fs]
+        assert sorted(listed) == sorted(f.name for f in dataclasses.fields(cls)), cls  # each once, none left out
+    assert TrainConfig(max_turns=5).sections()["rollout"]["max_turns"] == 5
+
+    flat, grouped = tmp_path / "flat.yaml", tmp_path / "grouped.yaml"
+    flat.write_text("preset: dr_grpo\nsteps: 7\nmax_turns: 2\nlora_r: 8\nlora_alpha: 16\n")
+    grouped.write_text("optimization: {preset: dr_grpo, steps: 7}\nrollout:\n  max_turns: 2\n"
+                       "lora: {lora_r: 8}\nlora_alpha: 16\n")
+    assert wm.train_config_file(grouped) == wm.train_config_file(flat)
+    for text, needle in (("rollout: {lr: 0.1}\n", "section 'rollout' has no field 'lr' (it is in 'optimization')"),
+                         ("steps: 3\noptimization: {steps: 4}\n", "'steps' is given twice"),
+                         ("rollout: {nope: 1}\n", "section 'rollout' has no field 'nope'; its fields: ")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match="bad.yaml: ") as e:
+            wm.train_config_file(bad)
+        assert needle in str(e.value) and "\n" not in str(e.value)
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    titles = [line.rstrip(":") for line in out.splitlines() if line.startswith("TrainConfig ")]
+    assert titles == [f"TrainConfig {s}" for s in TrainConfig.SECTIONS]
+    rollout = out.index("\nTrainConfig rollout:")
+    assert rollout < out.index("\n  --max-turns", rollout) < out.index("\nTrainConfig rewards:")  # under its title
+
+
 def test_data_stream_curriculum_and_resume():
     exs = [Example(id=f"q{i}", question=f"q{i}?", answers=["a"], hops=h, sources=["wiki"] * (1 + i % 2))
            for i, h in enumerate([3, 1, 2, 1, 4, 2, 1, 3])]

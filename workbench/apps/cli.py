@@ -283,9 +283,6 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         "dict/list fields take JSON, e.g. --reward-params '{\"alpha\": 0.3}' --question-types '[\"1hop\"]'.\n"
         "writes runs/<run_id>/: config.json, metrics.jsonl (one row per step), steps/, checkpoints/, metrics.json"
     )
-    p.add_argument("--engine", choices=TRAIN_ENGINES, default="workbench",
-                   help="workbench: the workbench's own trainer (the flags below); trl: TRL's GRPOTrainer with the "
-                        "workbench's rollout function and rewards, which takes its own flags (see --engine trl --help)")
     p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig as JSON or YAML (flags override it)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
@@ -296,6 +293,13 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                         "provenance.json or its run's config.json: protocol, protocol arguments, turn budget, model); "
                         "without it each contradiction is an error, and values not given are taken from the adapter")
     _config_flags(p, TrainConfig)
+
+
+def _train_command_args(p: argparse.ArgumentParser) -> None:
+    _train_args(p)
+    p.add_argument("--engine", choices=TRAIN_ENGINES, default="workbench",
+                   help="workbench: the workbench's own trainer (the flags here); trl: TRL's GRPOTrainer with the "
+                        "workbench's rollout function and rewards, which takes its own flags (see --engine trl --help)")
 
 
 def _json_arg(text: str):
@@ -468,7 +472,13 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = N
     from workbench.eval.config import field_docs
 
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
-    for f in fields if fields is not None else dataclasses.fields(cls):
+    fields = list(fields if fields is not None else dataclasses.fields(cls))
+    names = {f.name for f in fields}
+    sections = getattr(cls, "SECTIONS", {})  # TrainConfig's named sections: one help group each, in their order
+    groups = {name: p.add_argument_group(f"{cls.__name__} {name}") for name, members in sections.items()
+              if names & set(members)}
+    home = {f: groups[s] for s, members in sections.items() if s in groups for f in members}
+    for f in fields:
         hint = hints[f.name]
         optional = typing.get_origin(hint) in (typing.Union, types.UnionType)  # X | None -> X; lists, dicts -> JSON
         inner = [a for a in typing.get_args(hint) if a is not type(None)] if optional else []
@@ -483,7 +493,7 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = N
             kw.pop("type")
         if kw.get("required"):  # no default to show
             kw["help"] = text
-        p.add_argument(*kw.pop("flags", ["--" + f.name.replace("_", "-")]), **kw)
+        home.get(f.name, p).add_argument(*kw.pop("flags", ["--" + f.name.replace("_", "-")]), **kw)
 
 
 def sft_command(args: argparse.Namespace) -> int:
@@ -784,7 +794,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "demo": (_demo_args, demo, "evaluate the default model on the synthetic world (direct, search agent untrained and with the shipped SFT + GRPO adapter, search + KG agent), then every view"),
     "eval": (_eval_args, eval_command, "evaluate methods (protocols, baselines) on the world or a benchmark file; writes a run"),
     "ask": (_ask_args, ask_command, "ask a method (by default the trained agent) one question and watch it search; writes a run"),
-    "train": (_train_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
+    "train": (_train_command_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
     "expert": (_expert_args, expert_command, "expert trajectories of the world's questions for a method's protocol; writes a run"),
     "sft": (_sft_args, sft_command, "LoRA SFT on expert traces and rejection samples (the cold start before RL); writes a run"),
     "methods": (_methods_args, methods_command, "list the published methods (protocol, tools, reward, optimizer, paper)"),

@@ -77,6 +77,8 @@ class SFTConfig(TrainConfig):
 
     #: A method's RL learning rate is not SFT's: SFT keeps its own ``lr``.
     KEEPS_OWN: ClassVar[tuple[str, ...]] = ("lr",)
+    SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        **TrainConfig.SECTIONS, "sft": ("traces", "rejection_questions", "trace_hops", "max_traces", "batch_size")}
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -39,6 +39,23 @@ class TrainConfig:
 
     #: Fields this config keeps its own default for when a method's declaration fills the others.
     KEEPS_OWN: ClassVar[tuple[str, ...]] = ()
+    #: The fields by named section, in the order ``workbench train --help`` lists them; every field is in one. The
+    #: fields stay attributes of the config (``config.lr``; ``config.json`` is flat), and a config file may group its
+    #: keys by section (``rollout: {max_turns: 4}``) or not.
+    SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "agent": ("method", "model", "protocol", "protocol_kwargs", "device"),
+        "data": ("dataset", "split", "question_types", "curriculum", "hop_repeats", "retriever", "corpus", "index",
+                 "query_prefix", "pooling"),
+        "evaluation": ("eval_split", "eval_limit", "eval_every"),
+        "rollout": ("questions_per_step", "group_size", "max_turns", "max_new_tokens", "max_total_tokens",
+                    "temperature", "top_p", "rollout_backend", "rollout_engine", "server", "rollout_kwargs"),
+        "rewards": ("reward", "reward_params", "reward_weights", "stage_switch_step", "stage_switch_searches",
+                    "encoder", "evidence_model", "judges", "judge_model", "max_failed_share"),
+        "optimization": ("preset", "loss_overrides", "steps", "lr", "weight_decay", "grad_clip", "micro_batch_size",
+                         "micro_batching", "gradient_checkpointing", "amp", "tis_cap", "seed"),
+        "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "init_adapter", "init_adapter_merge"),
+        "output": ("save_every", "keep_checkpoints", "report_to"),
+    }
 
     method: str | None = None
     """The published method this run follows (``workbench methods`` lists them), recorded in
@@ -289,6 +306,33 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def sections(self) -> dict[str, dict[str, Any]]:
+        """The config's values by section (``SECTIONS``): ``{"rollout": {"max_turns": 3, ...}, ...}``."""
+        values = self.to_dict()
+        return {name: {f: values[f] for f in fields} for name, fields in self.SECTIONS.items()}
+
+    @classmethod
+    def flatten(cls, data: dict[str, Any], where: str = "") -> dict[str, Any]:
+        """Field -> value of a mapping that may group its keys by section (``{"rollout": {"max_turns": 4}}``); a key
+        in the wrong section or given twice is a one-line error naming it (``where``: the file, for the message)."""
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in cls.SECTIONS and isinstance(value, dict):
+                for k, v in value.items():
+                    home = next((s for s, fs in cls.SECTIONS.items() if k in fs), None)
+                    if home != key:
+                        raise ValueError(f"{where}section {key!r} has no field {k!r}"
+                                         + (f" (it is in {home!r})" if home else "")
+                                         + f"; its fields: {', '.join(cls.SECTIONS[key])}")
+                    if k in out:
+                        raise ValueError(f"{where}{k!r} is given twice (at the top and in section {key!r})")
+                    out[k] = v
+            else:
+                if key in out:
+                    raise ValueError(f"{where}{key!r} is given twice (at the top and in its section)")
+                out[key] = value
+        return out
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -301,7 +345,8 @@ class TrainConfig:
 
 def read_config_file(path: str | os.PathLike, config_class: type[TrainConfig] | None = None) -> dict[str, Any]:
     """The fields a JSON or YAML TrainConfig file sets (keys = field names of ``config_class``, default TrainConfig,
-    checked; ``method:`` allowed), with one-line errors naming the file and the fix."""
+    checked; ``method:`` allowed; at the top or grouped by ``SECTIONS``), with one-line errors naming the file and
+    the fix."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"train config file not found: {p}")
@@ -330,6 +375,7 @@ def read_config_file(path: str | os.PathLike, config_class: type[TrainConfig] | 
             raise ValueError(f"{p}: JSON syntax error at line {e.lineno}, column {e.colno}: {e.msg}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping of TrainConfig fields, got {type(data).__name__}")
+    data = (config_class or TrainConfig).flatten(data, where=f"{p}: ")
     names = {f.name for f in dataclasses.fields(config_class or TrainConfig)}
     unknown = sorted(set(data) - names)
     if unknown:
