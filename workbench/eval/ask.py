@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.trajectory import POLICY, Trajectory, Turn
 from workbench.core.types import Hit
@@ -43,6 +43,10 @@ from workbench.protocols.base import ANSWER, INVALID, SEARCH
 from workbench.rl.train_config import DEFAULT_PROTOCOL_KWARGS
 from workbench.rollout.backends.base import Backend
 from workbench.storage.runs import Run
+
+if TYPE_CHECKING:
+    from workbench.tools.base import Toolbox
+
 
 #: The method a question goes to unless another is named: the Search-R1 agent with the shipped trained adapter.
 DEFAULT_METHOD = f"search_r1{TRAINED}"
@@ -188,7 +192,7 @@ class Asker:
             log(f"[model] {what} ({time.perf_counter() - t0:.1f}s)")
         return self._backends[key][0]
 
-    def _toolbox(self, cfg: EvalConfig, entry: EvalEntry, backend: Backend, log: Callable[[str], None]) -> Any:
+    def _toolbox(self, cfg: EvalConfig, entry: EvalEntry, backend: Backend, log: Callable[[str], None]) -> Toolbox:
         from workbench.eval.runner import load_eval_data, missing_tools
         from workbench.eval.toolboxes import method_toolboxes
 

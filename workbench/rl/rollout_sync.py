@@ -23,12 +23,17 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.rl.policy import LoRAPolicy
+    from workbench.rollout.backends.base import Backend
+
 
 ROLLOUT_BACKENDS = ("hf", "openai", "vllm")
 
 
-def make_rollout_backend(config: Any, policy: Any) -> Any:
+def make_rollout_backend(config: Any, policy: LoRAPolicy) -> Backend:
     """The rollout backend ``config.rollout_backend`` names, for ``policy`` (a LoRAPolicy): ``TrainConfig``'s fields
     handed to :func:`workbench.rollout.backends.make_backend`, and a served one checked for being reachable."""
     from workbench.rollout.backends import make_backend
@@ -65,7 +70,7 @@ class AdapterSync:
         keep: adapter directories kept on disk (the served one and the one before).
     """
 
-    def __init__(self, backend: Any, policy: Any, directory: str | Path | None = None, keep: int = 2):
+    def __init__(self, backend: Backend, policy: LoRAPolicy, directory: str | Path | None = None, keep: int = 2):
         self.backend, self.policy, self.keep = backend, policy, keep
         self.kind = getattr(backend, "name", "hf")
         if self.kind == "int4":  # QuantBackend reads the live LoRA weights in process, as hf does: nothing to hand over

@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -71,6 +71,11 @@ from workbench.rl.update import run_update
 from workbench.rollout.engine import rollout
 from workbench.storage.runs import Run, open_run
 
+if TYPE_CHECKING:
+    from workbench.rl.policy import LoRAPolicy
+    from workbench.tools.base import Toolbox
+
+
 log = logging.getLogger(__name__)
 
 
@@ -94,8 +99,8 @@ class Trainer:
     their own config (``SFTTrainer``) set theirs."""
 
     def __init__(self, config: TrainConfig, parts: RunParts, run: Run | str | os.PathLike | None = None, *,
-                 policy: Any = None, examples: Sequence[Example] | None = None,
-                 eval_examples: Sequence[Example] | None = None, toolbox: Any = None, progress: bool = True):
+                 policy: LoRAPolicy | None = None, examples: Sequence[Example] | None = None,
+                 eval_examples: Sequence[Example] | None = None, toolbox: Toolbox | None = None, progress: bool = True):
         from workbench.rl.rollout_sync import make_rollout_backend
 
         self.config = config

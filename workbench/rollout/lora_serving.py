@@ -15,7 +15,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.rollout.backends.base import Backend
+
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -38,7 +42,7 @@ class LoRAAdapters:
             refused with one answer whether it exists or not, so a client learns nothing about the server's files.
     """
 
-    def __init__(self, backend: Any, max_loras: int = 8, root: str | Path = "."):
+    def __init__(self, backend: Backend, max_loras: int = 8, root: str | Path = "."):
         if not hasattr(backend, "model"):
             raise ValueError(f"runtime LoRA loading needs an HF backend (with .model), got {type(backend).__name__}")
         self.backend = backend

@@ -50,6 +50,7 @@ from workbench.rollout.backends.base import (
     ERROR,
     LENGTH,
     STOP,
+    Backend,
     Generation,
     SamplingParams,
     encode_chat,
@@ -251,7 +252,7 @@ class BackendServerManager:
     ``calls`` records each request's ``(prompt_ids, sampling_params)``.
     """
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Backend):
         self.backend, self.calls = backend, []
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],

@@ -17,12 +17,16 @@ hands the evidence alone to another model with the paper's Table 5 template.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.types import Hit
 from workbench.protocols.base import INVALID, Action, last_block, policy_blocks
 from workbench.protocols.tagged import PassageSearchProtocol
 from workbench.rewards.evidence import EVIDENCE_TEMPLATE
+
+if TYPE_CHECKING:
+    from workbench.rollout.backends.base import Backend
+
 
 MAX_TURNS = 4  # the project's spec (shared/SEEDS.md); the paper prints no turn limit
 TOP_K_TRAIN = 3  # passages per search in training (paper §4.3, "following Search-R1")
@@ -125,7 +129,7 @@ def evidence_of(traj) -> str:
 def rstool_answer(
     traj_or_evidence: Any,
     question: str,
-    backend: Any,
+    backend: Backend,
     template: str = EVIDENCE_TEMPLATE,
     max_new_tokens: int = 64,
     temperature: float = 0.0,
@@ -170,7 +174,7 @@ def rstool_answer(
     return out
 
 
-def _complete(backend: Any, prompt: str, max_new_tokens: int, temperature: float) -> str:
+def _complete(backend: Backend, prompt: str, max_new_tokens: int, temperature: float) -> str:
     if hasattr(backend, "chat"):
         from workbench.rollout.backends.base import SamplingParams
 
