@@ -172,7 +172,7 @@ def test_the_command_line_prints_no_traceback(tmp_path, argv, flag):
     """The real entry point, in a process of its own: exit 2, one error line, no run written (the timeout is only a
     guard against a command that went on to its work)."""
     env = {**os.environ, "WORKBENCH_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "workbench.apps.cli", *argv], capture_output=True, text=True, env=env,
+    r = subprocess.run([sys.executable, "-m", "workbench", *argv], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     errors = [line for line in r.stderr.splitlines() if "error:" in line]

@@ -390,7 +390,7 @@ def test_stopping_workbench_lab_stops_its_jupyter_server(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.apps.cli", "lab", "--port", str(port), "--no-browser",
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "lab", "--port", str(port), "--no-browser",
                              "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -24,7 +24,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 SEED = 12
-CLI = [sys.executable, "-m", "workbench.apps.cli"]
+CLI = [sys.executable, "-m", "workbench"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
        "HF_HUB_OFFLINE": "1"}
 # more work than the kill windows below allow, so every kill lands while the command runs (asserted)

@@ -423,7 +423,7 @@ def test_port_0_logs_the_port_it_got(tmp_path):
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.apps.cli", "serve-retrieval", "--port", "0", "--limit", "50"],
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve-retrieval", "--port", "0", "--limit", "50"],
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         line, t0 = "", time.monotonic()
