@@ -129,7 +129,7 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from workbench.core.trajectory import ROW_GROUP_ROWS, _schema
+    from workbench.core.trajectory import ROW_GROUP_ROWS, arrow_schema
     from workbench.data.example import Example
     from workbench.rewards.feature_io import save_features
     from workbench.storage.runs import Run
@@ -156,7 +156,7 @@ def write_run(root: Path, index: int, per_run: int, group: int = 8, variants: in
             templates.append(t)
             failed.append(any(c.error for c in t.tool_calls))
     rows = [t.to_row() for t in templates]
-    pool = pa.Table.from_pylist(rows, schema=_schema())
+    pool = pa.Table.from_pylist(rows, schema=arrow_schema())
     # row i = group i // group, sample i % group -> template (group, sample % variants)
     i = np.arange(per_run)
     g, s = i // group, i % group

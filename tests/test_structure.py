@@ -394,3 +394,59 @@ def test_history_mentions_are_found(tmp_path):
     issue, date = "issue" + " 12", "-".join(("2026", "11", "24"))  # not written out: this file is checked too
     f.write_text(f'"""Fixed in {issue}."""\nx = 1  # measured {date}\ny = 2  # fine\n')
     assert [m.split(":")[1] for m in history_mentions([f])] == ["1", "2"]
+
+
+# ----------------------------------------------------------------------------- names outside the package
+
+IMPORT_LINE = re.compile(r"^\s*(?:>>> |\.\.\. )?from ((?:workbench|widgets)(?:\.\w+)*) import \(?([\w, ]+)")
+
+
+def unresolved_imports(texts: dict[str, str]) -> list[str]:
+    """``where: module.name`` for each ``from workbench... import name`` line (also in a doctest or a markdown code
+    span) whose module or name does not exist; modules that need verl (its own environment) are passed over."""
+    import importlib
+    import importlib.util
+
+    bad = []
+    for where, text in texts.items():
+        for line in text.splitlines():
+            m = IMPORT_LINE.match(line.replace("`", " "))
+            if not m:
+                continue
+            try:
+                module = importlib.import_module(m[1])
+            except ModuleNotFoundError as e:
+                if e.name and e.name.split(".")[0] == "verl":
+                    continue
+                bad.append(f"{where}: {m[1]} ({e})")
+                continue
+            for name in (n.split(" as ")[0].strip() for n in m[2].split(",") if n.strip()):
+                submodule = hasattr(module, "__path__") and importlib.util.find_spec(f"{m[1]}.{name}") is not None
+                if not hasattr(module, name) and not submodule:
+                    bad.append(f"{where}: {m[1]}.{name}")
+    return bad
+
+
+def test_scripts_docs_and_notebooks_import_names_that_exist():
+    """The package's own imports are checked by running it; the benchmarks, the guide, the notebooks and the
+    docstring examples are not always run, so a moved or renamed name is found here."""
+    import json
+
+    paths = [*sorted((ROOT / "bench").rglob("*.py")), *sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md",
+             *sorted((ROOT / "workbench").rglob("*.py")), *sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    texts = {}
+    for p in paths:
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".ipynb":
+            text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code")
+        texts[str(p.relative_to(ROOT))] = text
+    bad = unresolved_imports(texts)
+    assert not bad, "imports of names that do not exist (moved or renamed?):\n" + "\n".join(f"  {b}" for b in bad)
+
+
+def test_an_import_of_a_moved_name_is_found():
+    texts = {"a.md": "`from workbench.core.types import Passage, Nope`\n>>> from workbench.gone import x\n",
+             "b.py": "from workbench.util import io, nothing_here\n"}
+    assert unresolved_imports(texts) == ["a.md: workbench.core.types.Nope",
+                                         "a.md: workbench.gone (No module named 'workbench.gone')",
+                                         "b.py: workbench.util.nothing_here"]

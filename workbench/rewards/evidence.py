@@ -13,7 +13,7 @@ a different family, so that the reward does not share the policy's biases.
 
 Replies are cached by (model id, prompt) in the feature cache. A trajectory without evidence
 (an empty ``evidence`` flag: no well-formed box) gets ``evidence_f1 = 0`` without a model
-call, as in ``workbench.protocols.rsearch_evidence.rstool_answer``: there is nothing to reward.
+call, as in ``workbench.methods.rsearch_evidence.protocol.rstool_answer``: there is nothing to reward.
 A failed call (the model cannot be reached, times out, returns an HTTP error) is never an
 empty answer: ``answer`` is None, ``error`` the backend's message, ``evidence_f1`` NaN, and
 nothing is cached (it is asked again next time).

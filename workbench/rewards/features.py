@@ -283,7 +283,7 @@ def failed_tool_calls(traj: Trajectory) -> list[Any]:
 def trajectory_failures(traj: Trajectory) -> list[str]:
     """What failed while ``traj`` was generated, one line ``"<component> failed: <error>"`` each (empty: nothing).
 
-    >>> from workbench.tools.base import ToolCall
+    >>> from workbench.core.types import ToolCall
     >>> from workbench.core.trajectory import OBSERVATION, Turn
     >>> t = Trajectory("t", "q", "Q?", "search_r1", [], finish_reason="backend_error", meta={"errors": ["HTTP 503"]},
     ...                turns=[Turn(OBSERVATION, "", [], tool_calls=[ToolCall("search", {}, error="timed out")])])

@@ -1,6 +1,6 @@
 """BM25 search over a passage corpus with ``bm25s`` (DSPO's retriever).
 
->>> from workbench.tools.base import Passage
+>>> from workbench.core.types import Passage
 >>> s = BM25Search([Passage("1", "Paris", "Paris is the capital of France."),
 ...                 Passage("2", "Berlin", "Berlin is the capital of Germany.")])
 >>> [h.title for h in s.search("capital of Germany", k=1)]

@@ -14,7 +14,7 @@ cannot read as a :class:`Problem`; :func:`validate` adds every structural and to
 :func:`execute` runs the valid nodes level by level, the nodes of a level in parallel, and
 turns a source that raises or hangs into a recorded error.
 
->>> from workbench.tools.base import Hit
+>>> from workbench.core.types import Hit
 >>> reg = SourceRegistry()
 >>> _ = reg.register("news", lambda q, k: [Hit("n1", "Coke prices", f"about {q}")], aliases=["gnews"])
 >>> plan, res = run_plan("Nodes:\\nA: coke price (News)\\nB: coke demand (GNews)\\nEdges: A -> B", reg)

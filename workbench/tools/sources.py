@@ -4,7 +4,7 @@ A source is any callable ``search(query, k) -> list[Hit]``. The registry maps th
 a model writes (``(News)``, ``(Web)``, ``(arXiv search)``) to one canonical source, and
 describes the sources for a system prompt.
 
->>> from workbench.tools.base import Passage
+>>> from workbench.core.types import Passage
 >>> reg = SourceRegistry.from_passages([
 ...     Passage("w1", "Paris", "Paris is the capital of France."),
 ...     Passage("n1", "Coke prices", "Coke rose 11.1% in early October 2024.", source="news"),
