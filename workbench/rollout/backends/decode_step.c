@@ -19,20 +19,31 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if !defined(WB_PORTABLE) && (defined(__AVX512F__) || defined(__AVX2__))
 #include <immintrin.h>
 #endif
 /* The vector kernels: int4 products as AVX512-BF16 dot products where the CPU has them; else (any x86-64 since 2013
  * with AVX2 and FMA: AMD Zen, Intel client parts, AVX-512 without bf16) the levels widened to fp32 and multiplied by
- * the rounded inputs with FMA, exact products as well; else the plain C loops. */
+ * the rounded inputs with FMA, exact products as well; on ARM64 (every ARMv8-A core: Apple Silicon, Graviton, Ampere)
+ * the same widening with NEON's fused multiply-adds, four lanes at a time; else the plain C loops (WB_PORTABLE asks
+ * for those on any CPU: the reference the vector kernels are tested against). */
+#if !defined(WB_PORTABLE)
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define WB_INT4_512 1
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
 #define WB_AVX2 1
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(WB_AVX2) && !defined(__AVX512F__)
+#define WB_NEON 1
+#include <arm_neon.h>
+#endif
+#endif
 #if defined(WB_AVX2) && !defined(WB_INT4_512)
 #define WB_INT4_AVX2 1 /* int4 products through dot_int4_rows_avx2, which reads prepare()'s xf and xl */
+#endif
+#if defined(WB_INT4_AVX2) || defined(WB_NEON)
+#define WB_INT4_F32 1 /* the int4 levels widened to fp32: prepare() fills xf and xl */
 #endif
 
 enum { BLOCK = 32, INT4 = 0, INT8 = 1, NPROJ = 7, MAXROWS = 8 };
@@ -70,11 +81,13 @@ typedef struct {
     const wb_layer *layer;
 } wb_model;
 
-int wb_simd(void) { /* 512: the AVX-512 kernels (int4 needs AVX512-BF16 too); 256: AVX2 + FMA; 0: the portable loops */
+int wb_simd(void) { /* 512: the AVX-512 kernels (int4 needs AVX512-BF16 too); 256: AVX2 + FMA; 128: NEON; 0: the portable loops */
 #if defined(WB_INT4_512)
     return 512;
 #elif defined(WB_AVX2)
     return 256;
+#elif defined(WB_NEON)
+    return 128;
 #else
     return 0;
 #endif
@@ -96,7 +109,7 @@ static inline float bf16_round(float x) {
 typedef struct {
     float *xr, *xs8;
     uint16_t *xb;
-    float *xf, *xl; /* WB_INT4_AVX2 only: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8 vectors */
+    float *xf, *xl; /* WB_INT4_F32 only: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8 vectors */
 } wb_input;
 
 static void prepare(const float *x, int64_t k, const wb_input *in) {
@@ -117,12 +130,12 @@ static void prepare(const float *x, int64_t k, const wb_input *in) {
                     memcpy(&ub, &fb, 4);
                     o[half * 32 + 4 * k4 + e] = (uint16_t)(ua >> 16);
                     o[half * 32 + 4 * k4 + 2 + e] = (uint16_t)(ub >> 16);
-#if defined(WB_INT4_AVX2)
+#if defined(WB_INT4_F32)
                     in->xf[p * 64 + half * 32 + 4 * k4 + e] = a[half * 16 + 2 * k4 + e];
                     in->xf[p * 64 + half * 32 + 4 * k4 + 2 + e] = b[half * 16 + 2 * k4 + e];
 #endif
                 }
-#if defined(WB_INT4_AVX2)
+#if defined(WB_INT4_F32)
         for (int j = 0; j < 8; j++) { /* lane j of the pair's 8 vectors of 8: block a for j = 0, 1, 4, 5 */
             float t = 0.f;
             for (int v = 0; v < 8; v++) t += in->xf[p * 64 + v * 8 + j];
@@ -186,6 +199,52 @@ static inline __attribute__((always_inline)) void dot_int4_rows_avx2(const uint8
 }
 #endif
 
+#if defined(WB_NEON)
+/* dot_int4_rows_avx2 on ARM64: each of its 8-lane vectors as two NEON vectors of 4 (half 0: lanes 0-3, half 1: lanes
+ * 4-7), so xf and xl are read as the AVX2 kernel reads them and lanes 0, 1 of each half hold block a, 2, 3 block b. */
+static inline __attribute__((always_inline)) void dot_int4_rows_neon(const uint8_t *blk, const wb_input *in,
+                                                                      const int M, int64_t pairs, float *y,
+                                                                      int64_t ystride) {
+    const uint8x16_t low = vdupq_n_u8(0x0f);
+    float32x4_t acc[MAXROWS][2];
+    for (int r = 0; r < M; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0.f);
+    for (int64_t p = 0; p < pairs; p++) {
+        const uint8_t *b = blk + p * 48;
+        __builtin_prefetch(b + AHEAD);
+        const uint8x16_t r0 = vld1q_u8(b), r1 = vld1q_u8(b + 16);
+        const uint8x16_t nib[4] = {vandq_u8(r0, low), vandq_u8(r1, low), vshrq_n_u8(r0, 4), vshrq_n_u8(r1, 4)};
+        float32x4_t w[16]; /* w[4 * j + i]: bytes 4i..4i+3 of nib[j] as fp32 (l then h, as the AVX2 kernel's l0-l3, h0-h3) */
+        for (int j = 0; j < 4; j++) {
+            const uint16x8_t a = vmovl_u8(vget_low_u8(nib[j])), c = vmovl_u8(vget_high_u8(nib[j]));
+            w[4 * j] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(a)));
+            w[4 * j + 1] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(a)));
+            w[4 * j + 2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(c)));
+            w[4 * j + 3] = vcvtq_f32_u32(vmovl_u16(vget_high_u16(c)));
+        }
+        float s[2], zz[2];
+        memcpy(s, b + 32, 8);
+        memcpy(zz, b + 40, 8);
+        const float ca = zz[0] + 128.f * s[0], cb = zz[1] + 128.f * s[1]; /* zero - 8 * scale, see pack_int4 */
+        const float sl[4] = {s[0], s[0], s[1], s[1]}, cl[4] = {ca, ca, cb, cb};
+        const float32x4_t sv = vld1q_f32(sl), cv = vld1q_f32(cl);
+        for (int r = 0; r < M; r++) {
+            const float *x = in[r].xf + p * 64, *xl = in[r].xl + p * 8;
+            for (int h = 0; h < 2; h++) { /* 8-lane vector v of the AVX2 kernel, half h: w[2 v + h] against x[8 v + 4 h] */
+                float32x4_t t = vmulq_f32(w[h], vld1q_f32(x + 4 * h));
+                float32x4_t u = vmulq_f32(w[8 + h], vld1q_f32(x + 32 + 4 * h));
+                for (int v = 1; v < 4; v++) {
+                    t = vfmaq_f32(t, w[2 * v + h], vld1q_f32(x + 8 * v + 4 * h));
+                    u = vfmaq_f32(u, w[8 + 2 * v + h], vld1q_f32(x + 32 + 8 * v + 4 * h));
+                }
+                acc[r][h] = vfmaq_f32(acc[r][h], vaddq_f32(t, u), sv);
+                acc[r][h] = vfmaq_f32(acc[r][h], cv, vld1q_f32(xl + 4 * h));
+            }
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = vaddvq_f32(vaddq_f32(acc[r][0], acc[r][1]));
+}
+#endif
+
 /* Outputs of an int4 product for `rows` (1 or 2) consecutive rows from `blk` (k / 64 pairs each, `row` bytes apart).
  * Each byte of levels is widened to a 16-bit word w; (w & 15) | 0x4300 is the bf16 number 128 + q of its low nibble,
  * and (w >> 4) | 0x4000 (one funnel shift) the bf16 number 2 + q / 64 of its high nibble, both exact, met by inputs
@@ -221,6 +280,8 @@ static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_
     for (int r = 0; r < rows; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
 #elif defined(WB_INT4_AVX2)
     for (int r = 0; r < rows; r++) dot_int4_rows_avx2(blk + r * row, in, 1, pairs, y + r, 1);
+#elif defined(WB_NEON)
+    for (int r = 0; r < rows; r++) dot_int4_rows_neon(blk + r * row, in, 1, pairs, y + r, 1);
 #else
     for (int r = 0; r < rows; r++) {
         float acc = 0.f;
@@ -271,6 +332,14 @@ static inline float dot_f32(const float *a, const float *b, int64_t n) {
     }
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     s = hsum256(_mm256_add_ps(acc, acc2));
+#elif defined(WB_NEON)
+    float32x4_t acc = vdupq_n_f32(0.f), acc2 = vdupq_n_f32(0.f);
+    for (; i + 8 <= n; i += 8) {
+        acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
+        acc2 = vfmaq_f32(acc2, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    }
+    for (; i + 4 <= n; i += 4) acc = vfmaq_f32(acc, vld1q_f32(a + i), vld1q_f32(b + i));
+    s = vaddvq_f32(vaddq_f32(acc, acc2));
 #endif
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -306,6 +375,8 @@ static inline __attribute__((always_inline)) void dot_int4_rows(const uint8_t *b
     for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
 #elif defined(WB_INT4_AVX2)
     dot_int4_rows_avx2(blk, in, M, pairs, y, ystride);
+#elif defined(WB_NEON)
+    dot_int4_rows_neon(blk, in, M, pairs, y, ystride);
 #else
     for (int r = 0; r < M; r++) dot_int4(blk, 0, 1, &in[r], pairs, y + r * ystride);
 #endif
@@ -351,6 +422,33 @@ static inline __attribute__((always_inline)) void dot_int8_rows(const uint8_t *b
         }
     }
     for (int r = 0; r < M; r++) y[r * ystride] = hsum256(acc[r]);
+#elif defined(WB_NEON)
+    float32x4_t acc[MAXROWS];
+    for (int r = 0; r < M; r++) acc[r] = vdupq_n_f32(0.f);
+    for (int64_t g = 0; g < groups; g++, blk += 36) {
+        __builtin_prefetch(blk + AHEAD);
+        float32x4_t q[8];
+        for (int v = 0; v < 2; v++) {
+            const int8x16_t b8 = vld1q_s8((const int8_t *)blk + 16 * v);
+            const int16x8_t a = vmovl_s8(vget_low_s8(b8)), c = vmovl_s8(vget_high_s8(b8));
+            q[4 * v] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(a)));
+            q[4 * v + 1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(a)));
+            q[4 * v + 2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(c)));
+            q[4 * v + 3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(c)));
+        }
+        float d;
+        memcpy(&d, blk + 32, 4);
+        for (int r = 0; r < M; r++) {
+            const float *x = in[r].xr + g * BLOCK;
+            float32x4_t t = vmulq_f32(q[0], vld1q_f32(x)), u = vmulq_f32(q[1], vld1q_f32(x + 4));
+            for (int v = 2; v < 8; v += 2) {
+                t = vfmaq_f32(t, q[v], vld1q_f32(x + 4 * v));
+                u = vfmaq_f32(u, q[v + 1], vld1q_f32(x + 4 * v + 4));
+            }
+            acc[r] = vfmaq_n_f32(acc[r], vaddq_f32(t, u), d);
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = vaddvq_f32(acc[r]);
 #else
     for (int r = 0; r < M; r++) y[r * ystride] = dot_int8(blk, in[r].xr, groups);
 #endif

@@ -18,8 +18,10 @@ for the torch int4 path.
 The library is compiled from ``decode_step.c`` by the system's C compiler (``make setup`` does it once: about 2 s; else the
 first use) into the cache (``$WORKBENCH_CACHE/native``), keyed by the source, the compiler and this CPU's flags, with
 ``-march=native``. Its kernels: AVX-512 with bf16 dot products, else AVX2 with FMA (the levels widened to fp32; the
-products as exact, so the same numbers up to the order of the sums), else plain C loops, which are slower than torch:
-:func:`library` says why when it cannot be built or has only those, and the backend then keeps the torch step.
+products as exact, so the same numbers up to the order of the sums), else on ARM64 the same widening with NEON (tested
+by building for ARM64 with a cross compiler and running the step under qemu; not yet timed on ARM hardware), else plain
+C loops, which are slower than torch: :func:`library` says why when it cannot be built or has only those, and the
+backend then keeps the torch step.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ BLOCK = 32
 MAX_RANK = 256  # the C step's LoRA scratch
 MAX_ROWS = 8  # rows a C decode step takes (MAXROWS in decode_step.c): a GRPO group, an eval batch's last rows
 STATIC_ROPE = ("default", "linear", "llama3")  # rotary types whose frequencies do not depend on the sequence length
-SIMD = {512: "AVX-512 + bf16 dot products", 256: "AVX2 + FMA"}  # wb_simd()'s answers: the kernels compiled in
+SIMD = {512: "AVX-512 + bf16 dot products", 256: "AVX2 + FMA", 128: "ARM64 NEON"}  # wb_simd()'s answers: the kernels compiled in
 _lib: ctypes.CDLL | None = None
 _why: str | None = None
 
@@ -97,8 +99,8 @@ def library_path(cc_version: str, portable: bool = False) -> Path:
 
 
 def build(quiet: bool = True, portable: bool = False) -> Path:
-    """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet (``portable``: without
-    ``-march=native``, i.e. the plain C loops: a reference for the vector kernels). Raises ``RuntimeError`` naming what
+    """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet (``portable``: the plain
+    C loops, ``-DWB_PORTABLE`` without ``-march=native``: a reference for the vector kernels). Raises ``RuntimeError`` naming what
     failed (no C compiler, a compile error)."""
     cc, version = _compiler()
     if cc is None:
@@ -110,7 +112,8 @@ def build(quiet: bool = True, portable: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     errors = []
     # -march=native: this CPU's vector instructions (the library is keyed by its flags); then without, then no OpenMP
-    tries = [["-fopenmp"], []] if portable else [["-march=native", "-fopenmp"], ["-fopenmp"], []]
+    tries = [["-DWB_PORTABLE", "-fopenmp"], ["-DWB_PORTABLE"]] if portable else \
+        [["-march=native", "-fopenmp"], ["-fopenmp"], []]
     for flags in tries:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
@@ -148,7 +151,8 @@ def library() -> tuple[ctypes.CDLL | None, str]:
         try:
             lib = load(build())
             if lib.wb_simd() <= 0:
-                _why = "this CPU or compiler has neither AVX2 + FMA nor AVX-512 (the plain C loops are slower than torch)"
+                _why = ("this CPU or compiler has neither AVX2 + FMA, AVX-512 nor ARM64 NEON (the plain C loops are "
+                        "slower than torch)")
             else:
                 _lib = lib
         except (RuntimeError, OSError) as e:

@@ -356,7 +356,7 @@ def cpu_has_bf16() -> bool:
 def choose_engine(engine: str, model: Any) -> tuple[str, str]:
     """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32`` and ``int4`` as asked; ``auto`` is ``int4`` for an
     fp32 model on a CPU with native bf16, or on one whose C decode step builds with vector kernels (AVX2 + FMA: most
-    x86-64 CPUs since 2013) for a Llama-architecture model, whose decode steps then all run in C; ``fp32`` elsewhere
+    x86-64 CPUs since 2013; NEON: every ARM64 CPU) for a Llama-architecture model, whose decode steps then all run in C; ``fp32`` elsewhere
     (an accelerator, bf16 weights, the plain C loops)."""
     if engine not in ENGINES:
         raise ValueError(f"rollout engine {engine!r} is not one of {', '.join(ENGINES)}")
@@ -382,7 +382,10 @@ def choose_engine(engine: str, model: Any) -> tuple[str, str]:
     if getattr(base.config, "model_type", None) != "llama":
         return "fp32", (f"auto: no native bf16, and the C decode step takes Llama-architecture models "
                         f"(this one is {getattr(base.config, 'model_type', None)!r})")
-    return "int4", f"auto: no native bf16, so fp32 prefill and every decode step in C ({SIMD[lib.wb_simd()]})"
+    why = f"auto: no native bf16, so fp32 prefill and every decode step in C ({SIMD[lib.wb_simd()]})"
+    if lib.wb_simd() == 128:
+        why += "; its NEON kernels are not yet timed on ARM hardware: --rollout-engine fp32 if this is slower"
+    return "int4", why
 
 
 class QuantBackend(HFBackend):
