@@ -175,10 +175,13 @@ def test_demo_notebook_step_reports_failures_and_keeps_the_run(tmp_path, tokeniz
     status = execute_demo_notebooks(run, {
         "99_not_a_notebook": {"run_dir": "{run}"},
         "01_trajectory_inspector": {"run_dir": "{run}/no-such-run"},  # fails in its first code cell
-    })
+        "02_reward_playground": {"run_dir": "{run}/no-run-here"},  # side by side with the first (2 jobs)
+    }, jobs=2)
+    assert list(status) == ["99_not_a_notebook", "01_trajectory_inspector", "02_reward_playground"]  # given order
     assert status["99_not_a_notebook"]["status"] == "skipped"
     failed = status["01_trajectory_inspector"]
     assert failed["status"] == "error" and "no-such-run" in failed["error"]
+    assert status["02_reward_playground"]["status"] == "error" and "no-run-here" in status["02_reward_playground"]["error"]
     assert (run.path / "notebooks" / "01_trajectory_inspector.ipynb").exists()  # the executed copy shows the cell
     assert set(before) <= {p.name for p in run.path.iterdir()}
     assert run.metrics()["methods"]["direct"]["n"] == 2

@@ -84,16 +84,24 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def execute_demo_notebooks(run: Run, names: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """Execute each notebook into ``<run>/notebooks/<name>.ipynb``; returns name -> {status, seconds, path|error}.
+def execute_demo_notebooks(run: Run, names: dict[str, dict[str, Any]] | None = None,
+                           jobs: int | None = None) -> dict[str, dict[str, Any]]:
+    """Execute each notebook into ``<run>/notebooks/<name>.ipynb``; returns name -> {status, seconds, path|error}, in
+    ``names``' order.
 
-    A notebook that is not in ``notebooks/`` is ``skipped``; one that raises is ``error`` (with the
-    failing cell's error in ``error``) and the next one still runs.
+    ``jobs`` notebooks run side by side (default: ``workbench regress``'s, up to 2 by the cores): each has its own
+    kernel process, and most of a demo notebook's time is that kernel starting and importing, one core's work. A
+    notebook that is not in ``notebooks/`` is ``skipped``; one that raises is ``error`` (with the failing cell's
+    error in ``error``) and the others still run.
     """
-    from workbench.apps.notebooks import execute_notebook, notebook_path
+    import concurrent.futures as cf
+
+    from workbench.apps.notebooks import notebook_path
+    from workbench.regress.run import default_jobs
 
     out: dict[str, dict[str, Any]] = {}
     ctx = {"run": str(run.path.resolve()), "runs": str(run.path.resolve().parent)}
+    todo: dict[str, dict[str, Any]] = {}
     for name, params in (names if names is not None else DEMO_NOTEBOOKS).items():
         try:
             notebook_path(name)
@@ -101,21 +109,35 @@ def execute_demo_notebooks(run: Run, names: dict[str, dict[str, Any]] | None = N
             out[name] = {"status": "skipped", "seconds": 0.0, "error": "not in notebooks/"}
             _say(f"      {name}: skipped (not in notebooks/)")
             continue
-        target = run.path / "notebooks" / f"{name}.ipynb"
-        t0 = time.perf_counter()
-        try:
-            execute_notebook(name, target, {k: v.format(**ctx) if isinstance(v, str) else v for k, v in params.items()})
-        except Exception as e:  # noqa: BLE001 - a failing notebook must not lose the run
-            secs = time.perf_counter() - t0
-            first = str(e).strip().splitlines()
-            out[name] = {"status": "error", "seconds": secs, "path": str(target),
-                         "error": f"{type(e).__name__}: {first[-1] if first else ''}"[:500]}
-            _say(f"      {name}: FAILED after {secs:.0f}s ({out[name]['error']}); executed copy: {target}")
-            continue
-        secs = time.perf_counter() - t0
-        out[name] = {"status": "ok", "seconds": secs, "path": str(target)}
-        _say(f"      {name}: ok ({secs:.0f}s) -> {target}")
+        out[name] = {}  # keeps the order
+        todo[name] = {k: v.format(**ctx) if isinstance(v, str) else v for k, v in params.items()}
+    jobs = max(1, min(jobs or default_jobs(), len(todo) or 1))
+    # threads, not processes: each call only drives its own kernel process over its own sockets
+    with cf.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="demo-notebook") as pool:
+        futures = {pool.submit(_execute_one, name, run.path / "notebooks" / f"{name}.ipynb", params): name
+                   for name, params in todo.items()}
+        for fut in cf.as_completed(futures):
+            out[futures[fut]] = fut.result()
     return out
+
+
+def _execute_one(name: str, target: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """One demo notebook executed into ``target``: its status entry (a failure is reported, not raised)."""
+    from workbench.apps.notebooks import execute_notebook
+
+    t0 = time.perf_counter()
+    try:
+        execute_notebook(name, target, params)
+    except Exception as e:  # noqa: BLE001 - a failing notebook must not lose the run
+        secs = time.perf_counter() - t0
+        first = str(e).strip().splitlines()
+        status = {"status": "error", "seconds": secs, "path": str(target),
+                  "error": f"{type(e).__name__}: {first[-1] if first else ''}"[:500]}
+        _say(f"      {name}: FAILED after {secs:.0f}s ({status['error']}); executed copy: {target}")
+        return status
+    secs = time.perf_counter() - t0
+    _say(f"      {name}: ok ({secs:.0f}s) -> {target}")
+    return {"status": "ok", "seconds": secs, "path": str(target)}
 
 
 def run_demo(
