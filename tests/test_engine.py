@@ -193,3 +193,31 @@ def test_scripted_stop_matches_backend_contract(tokenizer):
     text = tokenizer.decode(g.token_ids)
     assert g.finish_reason == "stop" and g.stop_string == "</search>"
     assert text.rstrip().endswith("</search>") and "trailing" not in text
+
+
+class Keeps(ScriptedBackend):
+    """A scripted backend that keeps the caches of ``kept`` sequences (as the HF backend's budget would say)."""
+
+    def __init__(self, tokenizer, script, kept):
+        super().__init__(tokenizer, script)
+        self.kept = kept
+
+    def rows_kept(self, tokens):
+        return self.kept
+
+
+def test_more_sequences_than_the_cache_keeps_run_in_waves(tokenizer):
+    """Each wave runs all its turns before the next starts; whole groups where a group fits; one wave when all fit
+    or the backend keeps nothing."""
+    ex5 = [Example(f"q{i}", f"Who founded Mill {i}?", ["Ada Quist"]) for i in range(5)]
+    be = Keeps(tokenizer, TWO_TURNS, kept=2)
+    trajs = rollout(ex5, get_protocol("search_r1"), toolbox(), be, RolloutConfig(), progress=False)
+    assert [len(c) for c in be.calls] == [2, 2, 2, 2, 1, 1]  # wave 1: turns 1 and 2 of q0, q1; then q2, q3; then q4
+    assert [t.example_id for t in trajs] == [e.id for e in ex5] and all(t.answer == "Ada Quist" for t in trajs)
+    be = Keeps(tokenizer, TWO_TURNS, kept=4)
+    rollout(EX, get_protocol("search_r1"), toolbox(), be, RolloutConfig(group_size=3), progress=False)
+    assert [len(c) for c in be.calls] == [3, 3, 3, 3]  # 4 kept: one group of 3 a wave, not 4 + 2
+    for kept in (None, 6):
+        be = Keeps(tokenizer, TWO_TURNS, kept=kept)
+        rollout(EX, get_protocol("search_r1"), toolbox(), be, RolloutConfig(group_size=3), progress=False)
+        assert [len(c) for c in be.calls] == [6, 6]

@@ -241,3 +241,32 @@ def test_buffered_cache_layer_grows_and_selects_rows():
     assert torch.equal(keys, torch.cat([torch.cat([k, k2], 2)[[2, 0]], k3], 2))
     group = _BufferedLayer(k[:1], v[:1], room=2, rows=[0, 0, 0])  # one prefilled prompt -> three rows
     assert torch.equal(group.keys, k[:1].expand(3, -1, -1, -1)) and group._k.shape[2] == 6
+
+
+def test_waves_keep_each_rows_cache_for_its_next_turn(tiny_model):
+    """Six three-turn trajectories on a random-init model, with a kept-cache budget for about two of them: in waves
+    (the engine's default) later turns prefill only what they add; as one batch the earliest rows' caches are pushed
+    out before their next turn and their whole context is prefilled again."""
+    from workbench.core.models import load_policy
+    from workbench.core.types import Hit
+    from workbench.data.example import Example
+    from workbench.methods import get_protocol
+    from workbench.rollout import engine
+    from workbench.rollout.backends.hf import HFBackend
+    from workbench.tools.base import Toolbox
+
+    model, tok = load_policy(tiny_model, device="cpu")
+    examples = [Example(f"q{i}", f"Who founded Mill number {i}?", ["Ada"]) for i in range(6)]
+    tools = Toolbox({"search": lambda q, k=3: [Hit("p", "Mill", "Mill was founded by Ada. " * 20, 1.0)]})
+    cfg = engine.RolloutConfig(max_turns=3, max_new_tokens=8, max_total_tokens=2048, temperature=0.0)
+    prefilled = {}
+    for waves in (True, False):
+        backend = HFBackend(model, tok)
+        per_row = backend.kv_bytes_per_token * (len(tok.encode(examples[0].question)) + 600)
+        backend.cache_bytes = 2 * per_row
+        if not waves:
+            backend.rows_kept = lambda tokens: None  # one batch of all six, as before waves
+        trajs = engine.rollout(examples, get_protocol("search_r1"), tools, backend, cfg, progress=False)
+        assert len(trajs) == 6 and all(len(t.turns) >= 3 for t in trajs)
+        prefilled[waves] = backend.stats["prefill_tokens"]
+    assert prefilled[True] < 0.8 * prefilled[False], prefilled

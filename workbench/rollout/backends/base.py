@@ -85,6 +85,11 @@ class Backend:
     def clear_cache(self) -> None:
         """Forget any state kept between calls (e.g. KV caches); the engine calls it after a rollout."""
 
+    def rows_kept(self, tokens: int) -> int | None:
+        """How many sequences of up to ``tokens`` tokens this backend keeps between calls (their key/value caches,
+        so the next turn prefills only what it adds); ``None``: no such bound (nothing kept, or a server's own)."""
+        return None
+
     def chat(self, messages: list[dict[str, str]] | str, params: SamplingParams | None = None) -> str:
         """Convenience for judges and filters: one chat completion, decoded (:class:`ChatError` if it failed)."""
         return self.chat_batch([messages], params)[0]

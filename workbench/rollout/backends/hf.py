@@ -148,6 +148,13 @@ class HFBackend(Backend):
         self._store.clear()
         self._store_bytes = 0
 
+    def rows_kept(self, tokens: int) -> int | None:
+        """Sequences of ``tokens`` tokens whose caches fit ``cache_bytes`` (at least 1); ``None`` without a prefix
+        cache."""
+        if not self.prefix_cache or not self.kv_bytes_per_token:
+            return None
+        return max(1, self.cache_bytes // (self.kv_bytes_per_token * max(1, tokens)))
+
     def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
         if not prompts:
             return []
