@@ -3,7 +3,8 @@
 For each example the engine builds the prompt ids once (chat template), then loops:
 generate until a stop string / EOS / token limit -> parse the turn into an action ->
 run the tool -> encode the observation once and append its ids -> continue. All active
-sequences of all groups are generated together in one batched ``generate`` call per turn.
+sequences of all groups are generated together in one batched ``generate`` call per turn (in waves, each all its
+turns before the next, where the backend's kept key/value caches cannot hold them all: :func:`rollout_waves`).
 
 What the trajectory keeps is exactly what was sampled: the policy turn ids and logprobs
 come from the backend untouched; observation ids come from encoding the observation text
