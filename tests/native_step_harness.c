@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     m.eps = read_f32(), m.rope_scale = read_f32(), m.attn_scale = read_f32();
     (void)read_f32();
     need(m.layers > 0 && m.layers < 4096 && rows >= 1 && rows <= MAXROWS && n >= 0 && n < cap, "sizes out of range");
-    const size_t NL = (size_t)m.layers & 4095;
+    const size_t NL = (size_t)m.layers & 4095; /* checked above; the mask shows the compiler the bound */
     m.inv_freq = read_array(NULL);
     m.embed = read_array(NULL);
     m.final_norm = read_array(NULL);

@@ -279,12 +279,10 @@ def dump_step(step: native.NativeDecode, tokens, attn, pos, past, path: Path) ->
     for layer in layers:
         layer.reserve(1)  # as the step itself does first: the buffers may move
     rows, _, cap, _ = layers[0]._k.shape
-    H, F, D = m.hidden, m.inter, m.head_dim
-    NQ, NK = m.heads * D, m.kv_heads * D
-    shapes = [(NQ, H), (NK, H), (NK, H), (H, NQ), (F, H), (F, H), (H, F)]  # q k v o gate up down: (outputs, inputs)
+    H, D = m.hidden, m.head_dim
     embed_rows = step.lean.inner.embed_tokens.weight.shape[0]
     with open(path, "wb") as f:
-        f.write(b"WBSTEP1\0" + struct.pack("<11q", m.layers, H, F, m.heads, m.kv_heads, D, m.vocab, embed_rows, rows,
+        f.write(b"WBSTEP1\0" + struct.pack("<11q", m.layers, H, m.inter, m.heads, m.kv_heads, D, m.vocab, embed_rows, rows,
                                            cap, layers[0].n) + struct.pack("<4f", m.eps, m.rope_scale, m.attn_scale, 0))
         array(f, m.inv_freq, D // 2 * 4)
         array(f, m.embed, embed_rows * H * 4)
@@ -296,12 +294,11 @@ def dump_step(step: native.NativeDecode, tokens, attn, pos, past, path: Path) ->
             array(f, s.norm2, H * 4)
             for x in (s.qkv, s.o, s.gate_up, s.down):
                 mat(f, x)
-            for j, (n_out, k_in) in enumerate(shapes):
-                lo = s.lora[j]
+            for lo, linear in zip(s.lora, step.modules[li]):  # q k v o gate up down, as the C step holds them
                 r = lo.r if lo.a else 0
                 f.write(struct.pack("<qff", r, lo.scale, 0))
-                array(f, lo.a or 0, r * k_in * 4)
-                array(f, lo.b or 0, n_out * r * 4)
+                array(f, lo.a or 0, r * linear.in_features * 4)
+                array(f, lo.b or 0, linear.out_features * r * 4)
         for layer in layers:
             tensor(f, layer._k)
             tensor(f, layer._v)
