@@ -241,12 +241,47 @@ def test_shared_prompt_prefix_is_prefilled_once(engines):
     each prompt after it, with the same continuations as fp32's full prefills."""
     _, fp32, int4 = engines
     prompts = _prompts(fp32.tokenizer)
-    common = next(i for i in range(min(map(len, prompts))) if len({p[i] for p in prompts}) > 1)
+    common = _common(prompts)
     int4.clear_cache()
     before = int4.stats["shared_prefix_tokens"]
     b = int4.generate(prompts, GREEDY)
     assert int4.stats["shared_prefix_tokens"] - before == common * (len(prompts) - 1) and common > 200
     assert _agreement(fp32.generate(prompts, GREEDY), b)[0] >= AGREEMENT[True]
+
+
+def _common(prompts: list[list[int]]) -> int:
+    return next(i for i in range(min(map(len, prompts))) if len({p[i] for p in prompts}) > 1)
+
+
+def test_the_shared_prefix_is_kept_for_the_next_wave_and_dropped_when_the_adapter_changes(engines):
+    """The rollout engine's waves are separate calls: the prefix the first wave's prompts share stays kept (pinned)
+    while its rows extend it, so the next wave's prompts start from it instead of prefilling it again, with the
+    continuations they get alone. Kept caches hold keys/values computed with the adapter on: once it is disabled,
+    none is reused."""
+    from workbench.eval.adapters import adapter_state
+
+    peft_model, fp32, int4 = engines
+    prompts = _prompts(fp32.tokenizer)
+    first, second = prompts[:3], prompts[3:]
+    common = _common(first)
+    assert common == _common(prompts) and common > 200  # the system prompt and demonstration; then the questions
+    int4.clear_cache()
+    int4.generate(first, GREEDY)
+    stats = dict(int4.stats)
+    waved = int4.generate(second, GREEDY)
+    assert int4.stats["shared_prefix_tokens"] == stats["shared_prefix_tokens"]  # nothing prefilled to share again
+    assert int4.stats["reused_tokens"] - stats["reused_tokens"] == common * len(second)
+    assert int4.stats["prefill_tokens"] - stats["prefill_tokens"] == sum(len(p) - common for p in second)
+    int4.clear_cache()
+    alone = int4.generate(second, GREEDY)
+    assert [g.token_ids for g in waved] == [g.token_ids for g in alone]
+    assert _agreement(waved, alone)[1] < 1e-4
+    int4.generate(first, GREEDY)  # the prefix kept again, with the adapter on
+    with adapter_state(peft_model, False):
+        reused, prefilled = int4.stats["reused_tokens"], int4.stats["prefill_tokens"]
+        int4.generate(second[:1], GREEDY)  # one prompt: nothing of its own to share
+        assert int4.stats["reused_tokens"] == reused
+        assert int4.stats["prefill_tokens"] - prefilled == len(second[0])
 
 
 def test_engine_choice_and_the_flag_that_forces_fp32(policy):

@@ -14,7 +14,8 @@ A small custom decoding loop instead of ``model.generate`` so that it
   transformers' ``DynamicCache``, which concatenates (copies) every layer's whole cache at every step.
 
 Works on CPU (fp32) and CUDA (bf16); with a peft model it samples from the current adapter.
-Call ``clear_cache()`` after the weights change (the engine does so at the end of each rollout).
+Call ``clear_cache()`` after the weights change (the engine does so at the end of each rollout); a change of how
+the adapter applies (``disable_adapter()``, another active adapter) drops the kept caches by itself.
 
 Memory (``bench/bench_eval_memory.py``): keys/values are what grows, 46 KB per token for the default
 135M model in fp32 (30 layers x 2 x 3 heads x 64 dims x 4 bytes), so 20 prompts of 2,000 tokens hold
@@ -123,6 +124,10 @@ class HFBackend(Backend):
         self.score_bytes_per_key = _score_bytes_per_key(model)
         self._store: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self._store_bytes = 0
+        # a prefix that many prompts share (a method's system prompt and demonstrations), kept while rows extend it:
+        # the rollout engine's waves each start from it instead of prefilling it again (``pin_prefix``)
+        self._pinned: tuple[int, ...] | None = None
+        self._store_adapters: tuple[Any, ...] | None = None  # how the LoRA layers applied when the store was filled
         self._keeps_logits: bool | None = None
         self.stats = {"prefill_tokens": 0, "prefill_padded_tokens": 0, "reused_tokens": 0, "decode_steps": 0,
                       "peak_cache_bytes": 0}
@@ -147,6 +152,7 @@ class HFBackend(Backend):
     def clear_cache(self) -> None:
         self._store.clear()
         self._store_bytes = 0
+        self._pinned = None
 
     def rows_kept(self, tokens: int) -> int | None:
         """Sequences of ``tokens`` tokens whose caches fit ``cache_bytes`` (at least 1); ``None`` without a prefix
@@ -159,6 +165,10 @@ class HFBackend(Backend):
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)
+        adapters = self._adapter_state()
+        if adapters != self._store_adapters:  # kept keys/values were computed with the adapter applied otherwise
+            self.clear_cache()
+            self._store_adapters = adapters
         gen = None
         if params.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(params.seed))
@@ -176,6 +186,17 @@ class HFBackend(Backend):
         for k, g in zip(order, done):
             out[k] = g
         return out
+
+    def _adapter_model(self) -> Any:
+        """The model whose LoRA layers the generations apply (:meth:`_adapter_state`)."""
+        return self.model
+
+    def _adapter_state(self) -> tuple[Any, ...]:
+        """How each peft LoRA layer applies now (disabled, merged, active adapters): a change (``disable_adapter()``,
+        ``set_adapter``) makes every kept cache stale, so ``generate`` drops them."""
+        return tuple((bool(m.disable_adapters), bool(getattr(m, "merged", False)), tuple(m.active_adapters))
+                     for m in self._adapter_model().modules()
+                     if hasattr(m, "lora_A") and hasattr(m, "disable_adapters") and hasattr(m, "active_adapters"))
 
     def _by_new_tokens(self, prompts: list[list[int]]) -> list[int]:
         """The prompts' indices ordered by the tokens each has to prefill (what no kept cache covers), then by
@@ -223,27 +244,38 @@ class HFBackend(Backend):
             self._store_bytes -= e.nbytes
 
     def _release_layer(self, e: _Entry, li: int) -> None:
-        """Free layer ``li`` of a kept cache that was just copied into a batch, and drop it from the store."""
+        """Free layer ``li`` of a kept cache that was just copied into a batch, and drop it from the store (the
+        pinned prefix stays: later prompts start from it too)."""
+        if e.ids == self._pinned:
+            return
         self._drop(e.ids)
         k = e.kv[li][0]
         empty = k.new_empty((k.shape[0], 0, k.shape[2]))  # not a view: the storage must go
         e.kv[li] = (empty, empty)
 
-    def _save(self, ids: list[int], past: Any, row: int, cols: torch.Tensor) -> None:
+    def _save(self, ids: list[int], past: Any, row: int, cols: torch.Tensor, pin: bool = False) -> None:
+        """Keep row ``row``'s keys/values at ``cols`` as the cache of ``ids``; ``pin``: as the pinned prefix (the
+        one pinned before becomes an ordinary entry)."""
         key = tuple(ids)
-        if not key or key in self._store:
+        if not key:
+            return
+        if pin:
+            self._pinned = key
+        if key in self._store:
             return
         # an entry this sequence extends is superseded: its next prompt extends the new one (one entry per sequence)
-        for old in [k for k in self._store if len(k) < len(key) and key[: len(k)] == k]:
+        for old in [k for k in self._store if len(k) < len(key) and key[: len(k)] == k and k != self._pinned]:
             self._drop(old)
         kv = [(layer.keys[row][:, cols].clone(), layer.values[row][:, cols].clone()) for layer in past.layers]
         e = _Entry(key, kv)
         self._store[key] = e
         self._store_bytes += e.nbytes
         self.stats["peak_cache_bytes"] = max(self.stats["peak_cache_bytes"], self._store_bytes)
-        while self._store_bytes > self.cache_bytes and self._store:
-            _, old = self._store.popitem(last=False)
-            self._store_bytes -= old.nbytes
+        while self._store_bytes > self.cache_bytes and self._store:  # least recently used first, the pinned last
+            oldest = next((k for k in self._store if k != self._pinned), self._pinned)
+            self._drop(oldest)
+            if oldest == self._pinned:
+                self._pinned = None
 
     def _prefill(self, prompts: list[list[int]], entries: list[_Entry | None]):
         """Prefill ``prompts`` reusing ``entries``; returns (past, attn, last position ids, last logits).

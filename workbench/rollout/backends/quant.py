@@ -432,6 +432,9 @@ class QuantBackend(HFBackend):
                                "was made: build a new QuantBackend")
         return super().generate(prompts, params, max_new_tokens)
 
+    def _adapter_model(self) -> Any:
+        return self.source  # the copy's LoRA layers are the source's
+
     def _decode_step(self, tokens, attn, pos, past):
         if self.native is not None and self.native.takes(tokens, attn, past):
             self.stats["native_steps"] += 1
@@ -485,7 +488,8 @@ class QuantBackend(HFBackend):
 
     def _share_prefix(self, prompts: list[list[int]]) -> None:
         """Prefill the longest prefix that the batch's distinct new prompts share (and that no kept cache already
-        covers) once, keeping it as a cache entry that each prompt's prefill then starts from."""
+        covers) once, keeping it as the pinned cache entry that each prompt's prefill then starts from, and the
+        next waves' new prompts too (until another batch shares another prefix)."""
         if not self.prefix_cache:
             return
         uniq = [p for p in {tuple(p): None for p in prompts} if self._lookup(list(p)) is None]  # new prompts only
@@ -502,5 +506,5 @@ class QuantBackend(HFBackend):
             return
         prefix = list(first[:n])
         past, attn, _, _ = self._prefill([prefix], [None])
-        self._save(prefix, past, 0, attn[0].nonzero().squeeze(-1))
+        self._save(prefix, past, 0, attn[0].nonzero().squeeze(-1), pin=True)
         self.stats["shared_prefix_tokens"] += n * (len(uniq) - 1)
