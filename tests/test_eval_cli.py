@@ -14,7 +14,7 @@ from workbench.eval.config import EvalConfig, field_docs
 from workbench.eval.runner import run_eval
 from workbench.methods import method_names as valid_methods
 from workbench.rollout.backends.scripted import ScriptedBackend
-from workbench.storage.runs import list_runs
+from workbench.storage.runs import Run, list_runs
 
 SUMMARY_KEYS = {"n", "em", "cem", "f1", "n_searches", "tokens", "seconds", "tool_seconds", "format_ok", "valid_actions",
                 "answered", "wall_seconds", "tool_share", "by_hops",
@@ -185,6 +185,20 @@ def test_demo_notebook_step_reports_failures_and_keeps_the_run(tmp_path, tokeniz
     assert (run.path / "notebooks" / "01_trajectory_inspector.ipynb").exists()  # the executed copy shows the cell
     assert set(before) <= {p.name for p in run.path.iterdir()}
     assert run.metrics()["methods"]["direct"]["n"] == 2
+
+
+def test_demo_notebooks_start_longest_first(tmp_path, monkeypatch):
+    """Two at a time, the longest start first (01 + 03 on one worker, 02 + 05 on the other: the pair sums are
+    closest); the status keeps the demo's order."""
+    from workbench.apps import demo
+
+    started = []
+    monkeypatch.setattr(demo, "_execute_one", lambda name, target, params: started.append(name) or {"status": "ok"})
+    run = Run(tmp_path / "run")
+    status = demo.execute_demo_notebooks(run, jobs=1)
+    assert list(status) == list(demo.DEMO_NOTEBOOKS)
+    assert started == ["01_trajectory_inspector", "02_reward_playground", "05_results_dashboard", "03_kg_explorer"]
+    assert sorted(started) == sorted(demo.DEMO_NOTEBOOK_SECONDS)  # every demo notebook has a time to order by
 
 
 def test_dynasearcher_runs_on_a_real_kg_from_files(tmp_path, capsys, tokenizer):
