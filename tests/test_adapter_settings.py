@@ -89,6 +89,17 @@ def test_apply_fills_checks_and_overrides():
         assert (out.get("protocol_kwargs", {}).get("observation_mode") == "inline") == ("inline" == mine)
 
 
+def test_the_packaged_models_gguf_file_is_the_same_model_as_its_alias():
+    """A GGUF file carried to a machine without the package (a GPU loan) is the model the adapter was trained with;
+    another model's file, or another name, still contradicts it."""
+    s = AdapterSettings(Path("a"), None, {"model": "smollm2-135m"})
+    out, note = s.apply({"model": "/carried/SmolLM2-135M-Instruct.Q4_1.gguf"}, ("model",))
+    assert out["model"] == "/carried/SmolLM2-135M-Instruct.Q4_1.gguf" and note is None
+    for other in ("/carried/SmolLM2-360M-Instruct.Q4_1.gguf", "HuggingFaceTB/SmolLM2-135M-Instruct", "qwen"):
+        with pytest.raises(ValueError, match="contradicts the adapter a, trained with smollm2-135m"):
+            s.apply({"model": other}, ("model",))
+
+
 def test_eval_takes_the_adapters_layout_and_budget():
     from workbench.eval.config import EvalConfig, with_adapter_settings
 

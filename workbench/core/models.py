@@ -63,6 +63,25 @@ def packaged_gguf_path(alias: str) -> Path:
     return path
 
 
+def packaged_alias(name: str | os.PathLike | None) -> str | None:
+    """The packaged alias a model name stands for: the alias itself, or a path to a ``.gguf`` file of a packaged
+    model's file name (the same file carried to a machine without the package, such as a GPU loan); else None."""
+    if name is None:
+        return None
+    name = str(name)
+    if name in PACKAGED_MODELS:
+        return name
+    if name.endswith(".gguf"):
+        file = Path(name).name
+        return next((alias for alias, spec in PACKAGED_MODELS.items() if spec.filename == file), None)
+    return None
+
+
+def same_model(a: str | os.PathLike | None, b: str | os.PathLike | None) -> bool:
+    """Whether two model names load the same model: equal, or the same packaged model (alias or its GGUF file)."""
+    return str(a) == str(b) or (packaged_alias(a) is not None and packaged_alias(a) == packaged_alias(b))
+
+
 def _gguf_cache_dir(gguf: Path) -> Path:
     st = gguf.stat()
     import transformers

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.core.models import same_model
+
 #: The settings an adapter carries, in the order they are reported.
 SETTINGS = ("model", "protocol", "protocol_kwargs", "max_turns", "max_new_tokens", "max_total_tokens")
 #: Settings compared but never filled in (a caller always names its model and method; only a mismatch matters).
@@ -94,7 +96,7 @@ class AdapterSettings:
                 if name not in check_only:
                     out[name] = theirs
                     applied.append(f"{name}={_show(theirs)}")
-            elif mine != theirs:
+            elif mine != theirs and not (name == "model" and same_model(mine, theirs)):
                 clash(name, mine, theirs)
         parts = []
         if applied:
