@@ -17,7 +17,8 @@ their mean, as ``bench/ablate.py`` pairs its arms: the start an RL stage left fr
 
 ``--metric`` is a column of the runs' trajectories (``cem``, ``f1``, ``n_searches``...), of their
 ``features.parquet`` (``recall`` of the gold passages...), or ``redundant`` (searched more often than the question has
-hops) / ``extra_searches``.
+hops) / ``extra_searches``, or ``world_leak`` (on real questions: the answer names an entity of the synthetic world
+that the question does not).
 
 For each hop count and overall: n, the mean of ``--metric`` for A and B with Wilson 95% intervals
 (a proportion per question: scipy's ``binomtest(...).proportion_ci(method="wilson")``; a bootstrap interval when a

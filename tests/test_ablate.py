@@ -292,6 +292,8 @@ def test_a_comparison_file_round_trips_and_a_bad_one_is_named(tmp_path):
 
 
 def test_a_metric_from_the_features_or_derived(tmp_path):
+    from workbench.data.world import load_world
+
     run = _eval_run(tmp_path, "r", {"q1": 1.0, "q2": 0.0}, searches=2.0)  # hops 1 and 2
     df = pd.read_parquet(run / "trajectories.parquet").assign(id=["a", "b"])
     df.to_parquet(run / "trajectories.parquet")
@@ -299,6 +301,14 @@ def test_a_metric_from_the_features_or_derived(tmp_path):
     assert paired.run_scores(run, "search_r1+lora", "recall")["v"].to_dict() == {"q1": 1.0, "q2": 0.5}
     assert paired.run_scores(run, "search_r1+lora", "redundant")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
     assert paired.run_scores(run, "search_r1+lora", "extra_searches")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
+    # an answer naming a world entity the question does not name (on real questions: a name from training)
+    name = next(e.name for e in load_world().entities.values() if e.type == "person")
+    df.assign(answer=[f"It was {name}.", "Paris"], question=["Who wrote Hamlet?", "Capital of France?"]) \
+        .to_parquet(run / "trajectories.parquet")
+    assert paired.run_scores(run, "search_r1+lora", "world_leak")["v"].to_dict() == {"q1": 1.0, "q2": 0.0}
+    df.assign(answer=name, question=f"Who is {name}?").to_parquet(run / "trajectories.parquet")  # asked: no leak
+    assert paired.run_scores(run, "search_r1+lora", "world_leak")["v"].to_dict() == {"q1": 0.0, "q2": 0.0}
+    df.to_parquet(run / "trajectories.parquet")
     searches = paired.run_scores(run, "search_r1+lora", "n_searches")  # a metric that is also a kept column
     assert searches["v"].to_dict() == {"q1": 2.0, "q2": 2.0} and searches["hops"].to_dict() == {"q1": 1, "q2": 2}
     with pytest.raises(paired.CompareError, match="'nope' is not a column of .* or features; one of: .*redundant"):

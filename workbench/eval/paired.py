@@ -78,11 +78,36 @@ def _numeric(t: Any) -> bool:
     return pt.is_floating(t) or pt.is_integer(t) or pt.is_boolean(t)
 
 
+def _world_leak(df: pd.DataFrame) -> pd.Series:
+    from workbench.rewards.metrics import names_leak
+
+    names = world_name_set()
+    questions = df["question"] if "question" in df else pd.Series(None, index=df.index, dtype=object)
+    return pd.Series([names_leak(a, names, q) for a, q in zip(df["answer"], questions)], index=df.index, dtype=float)
+
+
+def world_name_set() -> frozenset[str]:
+    """The default synthetic world's entity names and aliases (not its dates and years), normalized; built once."""
+    global _WORLD_NAMES
+    if _WORLD_NAMES is None:
+        from workbench.data.world import load_world
+        from workbench.rewards.metrics import name_set
+
+        _WORLD_NAMES = name_set(n for e in load_world().entities.values() if e.type != "value"
+                                for n in (e.name, *e.aliases))
+    return _WORLD_NAMES
+
+
+_WORLD_NAMES: frozenset[str] | None = None
+
 #: Metrics computed from a trajectory's columns rather than stored: ``redundant`` is 1 when it searched more often
-#: than its question has hops (what DynaSearcher's hop penalty is for), ``extra_searches`` how many more times.
+#: than its question has hops (what DynaSearcher's hop penalty is for), ``extra_searches`` how many more times;
+#: ``world_leak`` is 1 when the answer names an entity of the default synthetic world that its question does not
+#: (for runs on real questions: a world-trained adapter answering with a name it learned there).
 DERIVED_METRICS = {
     "redundant": lambda df: (df["n_searches"] > df["hops"]).astype(float),
     "extra_searches": lambda df: (df["n_searches"] - df["hops"]).clip(lower=0).astype(float),
+    "world_leak": _world_leak,
 }
 
 
@@ -113,6 +138,8 @@ def run_scores(run_dir: str | Path, method: str, metric: str = "cem", reward: An
         raise CompareError(f"{run_dir} has no features.parquet, which a reward is computed from; compare "
                            "--metric instead, or evaluate again (workbench eval writes the features)")
     base = ["example_id", "method", "hops", "n_searches", "format_ok", "answer"]
+    if metric == "world_leak" and "question" in schema.names:
+        base.append("question")
     own = [metric] if metric in schema.names else []
     cols = base + (["id"] if from_features else [c for c in own if c not in base])  # n_searches is read once
     df = pd.read_parquet(path, columns=cols)

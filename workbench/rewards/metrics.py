@@ -324,6 +324,33 @@ def in_context_answers(prompt_text: str | None) -> list[str]:
     return out
 
 
+def name_set(names: Iterable[str]) -> frozenset[str]:
+    """Names normalized (:func:`normalize_answer`) for :func:`names_leak`; empty ones dropped."""
+    return frozenset(n for n in map(normalize_answer, names) if n)
+
+
+def names_leak(pred: str | None, names: frozenset[str], question: str | None = None) -> float:
+    """1.0 if the answer names, as whole words, one of ``names`` (a :func:`name_set`) that the question does not:
+    on real questions, a name of the synthetic world the policy brought from its training (``world_leak`` in
+    ``workbench.eval.paired``).
+
+    >>> world = name_set(["Ira Velt", "Tarnhollow"])
+    >>> names_leak("It was Ira Velt.", world), names_leak("Paris", world), names_leak("Tarnhollow", world, "Tarnhollow?")
+    (1.0, 0.0, 0.0)
+    """
+    if pred is None or not names:
+        return 0.0
+    words = normalize_answer(str(pred)).split()
+    asked = f" {normalize_answer(question or '')} "
+    longest = max(len(n.split()) for n in names)
+    for i in range(len(words)):
+        for j in range(i + 1, min(len(words), i + longest) + 1):
+            gram = " ".join(words[i:j])
+            if gram in names and f" {gram} " not in asked:
+                return 1.0
+    return 0.0
+
+
 def demo_leak(pred: str | None, demo_answers: Iterable[str], golds: str | Iterable[str] | None = None) -> float:
     """1.0 if the answer equals or contains (whole words, normalized) an answer shown in the prompt that no
     gold alias contains: the policy copied its demonstration ("Ira Velt") instead of answering.
