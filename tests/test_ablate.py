@@ -475,3 +475,16 @@ def test_the_shipped_rsearch_evidence_figures_are_what_readme_and_results_quote(
             local = [home / "seed_runs" / Path(r).relative_to("runs/ablations/rsearch_evidence") for r in runs]
             pd.testing.assert_frame_equal(paired.pooled_scores(local, side.method).sort_index(), stored.sort_index(),
                                           check_dtype=False)
+
+
+def test_the_shipped_real_layout_figures_are_what_results_quotes():
+    """The real-layout stage (SFT on MuSiQue train traces) against each baseline and the world-only adapter on the 60
+    real dev questions, and the world-name leak before and after: the paired differences RESULTS quotes, recomputed
+    from the shipped comparison files."""
+    _, results = _shipped_texts()
+    root = BENCH.parent / "data" / "results"
+    for other in ("direct", "vanilla_rag", "ircot", "search_r1", "world_adapter"):
+        c = paired.Comparison.load(root / f"real_layout_vs_{other}" / "comparison.json")
+        assert c.b.label == "search_r1+lora (real-layout SFT)" and sum(len(s) for s in c.b.seeds) == 60
+        assert _cell(root / f"real_layout_vs_{other}") in results, other
+    assert _cell(root / "real_layout_world_leak") in results
