@@ -17,6 +17,7 @@ A :class:`Comparison` is a named pair of sides with their per-question values; i
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -86,19 +87,13 @@ def _world_leak(df: pd.DataFrame) -> pd.Series:
     return pd.Series([names_leak(a, names, q) for a, q in zip(df["answer"], questions)], index=df.index, dtype=float)
 
 
+@functools.cache
 def world_name_set() -> frozenset[str]:
     """The default synthetic world's entity names and aliases (not its dates and years), normalized; built once."""
-    global _WORLD_NAMES
-    if _WORLD_NAMES is None:
-        from workbench.data.world import load_world
-        from workbench.rewards.metrics import name_set
+    from workbench.data.world import load_world
+    from workbench.rewards.metrics import name_set
 
-        _WORLD_NAMES = name_set(n for e in load_world().entities.values() if e.type != "value"
-                                for n in (e.name, *e.aliases))
-    return _WORLD_NAMES
-
-
-_WORLD_NAMES: frozenset[str] | None = None
+    return name_set(n for e in load_world().entities.values() if e.type != "value" for n in (e.name, *e.aliases))
 
 #: Metrics computed from a trajectory's columns rather than stored: ``redundant`` is 1 when it searched more often
 #: than its question has hops (what DynaSearcher's hop penalty is for), ``extra_searches`` how many more times;
