@@ -55,10 +55,16 @@ def _load(path: Path, name: str):
 def test_tiny_rollout_profile_times_every_engine(tmp_path, one_thread, capsys):
     out = tmp_path / "profile.json"
     res = _load(PROFILE, "rollout_profile").main(["--tiny", "--out", str(out)])
-    assert list(res["engines"]) == ["transformers.generate", "hf", "hf+lora", "hf+lora merged"]
-    for r in res["engines"].values():  # every engine decoded every row to the full length
-        assert r["tokens"] == res["rows"] * res["new_tokens"] and r["decode_steps"] == res["new_tokens"]
+    assert list(res["engines"]) == ["transformers.generate", "hf", "hf+lora", "hf+lora merged", "graph", "graph, eager"]
+    timed = [*res["engines"].values(), *(r for g in res["groups"].values() for r in g.values())]
+    for r in timed:  # every engine decoded every row to the full length
+        rows = r["tokens"] // res["new_tokens"]
+        assert r["tokens"] == rows * res["new_tokens"] and r["decode_steps"] == res["new_tokens"]
         assert r["ms_per_step"] > 0
+    assert list(res["groups"]) == [2] and res["groups"][2]["graph"]["tokens"] == 2 * res["new_tokens"]
+    assert res["engines"]["graph"]["stats"]["merged_layers"] > 0  # the LoRA was merged for the graph engine's calls
+    agree = res["agreement"]  # greedy: the graph engine's tokens are the unmerged LoRA model's, weights as they were
+    assert agree["identical_rows"] == agree["rows"] == 4 and agree["weights_restored"] and agree["max_logprob_gap"] < 1e-3
     prof = res["profile_hf+lora"]
     assert prof["wall_ms"] > 0 and prof["top_ops"] and all(o["calls"] > 0 for o in prof["top_ops"])
     assert json.loads(out.read_text())["engines"].keys() == res["engines"].keys()
@@ -123,11 +129,11 @@ def test_device_check_dry_run_on_cpu_runs_every_stage(tmp_path):
     import tarfile
 
     out = tmp_path / "out"
-    _device_check(out)
+    _device_check(out, PROFILE_LIMIT="150", SUITE_LIMIT="120")  # toy sizes, but this machine may be busy
     assert _stages(out) == {"profile": "rc=0", "eval-shipped": "rc=0", "eval-profiled": "skipped", "train": "rc=0",
                             "eval-trained": "rc=0", "suite-tiny": "rc=0"}, (out / "log.txt").read_text()[-3000:]
     prof = json.loads((out / "rollout_profile.json").read_text())
-    assert list(prof["engines"]) == ["transformers.generate", "hf", "hf+lora", "hf+lora merged"]
+    assert list(prof["engines"]) == ["transformers.generate", "hf", "hf+lora", "hf+lora merged", "graph", "graph, eager"]
     rows = json.loads((out / "suite-tiny.json").read_text())["rows"]
     assert rows and all(r["model"] == "tiny" and r["rollout_tokens_per_s"] > 0 for r in rows)
     with tarfile.open(out / "eval.tgz") as t:
@@ -157,3 +163,15 @@ def test_device_check_ends_within_its_budget(tmp_path):
     assert stages["profile"] in ("rc=124", "skipped")
     assert all(stages[s] == "skipped" for s in ("eval-shipped", "eval-profiled", "train", "suite-tiny"))
     assert "budget is spent" in (out / "log.txt").read_text()
+
+
+def test_device_check_runs_the_stages_asked_for_without_the_gguf(tmp_path):
+    """STAGES=suite with MODEL_DIR (config and tokenizer) and no GGUF: the suite runs, nothing else does; eval or
+    train without GGUF is refused by name."""
+    from workbench.core.models import resolve_model_path
+
+    out = tmp_path / "out"
+    r = _device_check(out, STAGES="suite", GGUF="", MODEL_DIR=resolve_model_path(), SUITE_LIMIT="120")
+    assert r.returncode == 0 and _stages(out) == {"suite-tiny": "rc=0"}, (out / "log.txt").read_text()[-2000:]
+    r = _device_check(tmp_path / "out2", STAGES="eval", GGUF="")
+    assert r.returncode != 0 and "set GGUF" in r.stderr

@@ -286,7 +286,7 @@ def test_the_shared_prefix_is_kept_for_the_next_wave_and_dropped_when_the_adapte
 
 def test_engine_choice_and_the_flag_that_forces_fp32(policy):
     model, tok = policy
-    assert ENGINES == ("auto", "fp32", "int4")
+    assert ENGINES == ("auto", "fp32", "int4", "graph")
     assert choose_engine("fp32", model)[0] == "fp32"
     assert choose_engine("int4", model)[0] == "int4"
     auto, why = choose_engine("auto", model)

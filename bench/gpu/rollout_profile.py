@@ -12,9 +12,13 @@ on CUDA (fp32 on CPU): the time of a decode step does not depend on the weights.
 - ``hf+lora``: the same on the trainer's PEFT model (LoRA r=16 on the default targets), as training and
   ``eval --adapter`` run it;
 - ``hf+lora merged``: LoRA merged into the weights (peft ``merge_adapter``);
+- ``graph``: :class:`~workbench.rollout.backends.graph.GraphBackend` on the PEFT model (``--rollout-engine graph``,
+  what ``auto`` picks on CUDA): the LoRA merged for each call, the decode step captured as a CUDA graph and replayed;
+  ``graph, eager``: the same fixed-shape step without the capture (its share of the gain);
 - ``transformers.generate``: the peer, sampling on the bare model with ``min_new_tokens`` = ``max_new_tokens``.
 
-Reports milliseconds per decode step and tokens/s, and for ``hf+lora`` the operators with the most CPU time under
+Then, for each of ``--group-rows`` (GRPO groups of 8 and 32 by default), ``transformers.generate``, ``hf+lora`` and
+``graph`` again at that many rows. Reports milliseconds per decode step and tokens/s, and for ``hf+lora`` the operators with the most CPU time under
 ``torch.profiler`` and the share of the wall time the GPU was busy (a low share: the step waits on Python and
 kernel launches, not on the GPU). Prints markdown; ``--out`` writes JSON.
 """
@@ -122,8 +126,36 @@ def profile_backend(backend, prompt: list[int], rows: int, new_tokens: int, devi
     gpu_ms = None
     if device == "cuda":
         gpu_ms = sum(getattr(e, "self_device_time_total", 0) or 0 for e in events) / 1000
-    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                                                         "cudaGraphLaunch"))
     return {"wall_ms": wall * 1000, "gpu_busy_ms": gpu_ms, "kernel_launches": launches, "top_ops": table}
+
+
+def agreement(lora, graph, prompt: list[int], rows: int, new_tokens: int) -> dict:
+    """Greedy continuations of ``rows`` different prompts by ``hf+lora`` (the unmerged PEFT model, the reference) and
+    ``graph``: the share of rows whose tokens are all the same, the mean length of the common prefix, the largest
+    logprob gap over it, and whether the graph engine left every weight as it found it."""
+    import torch
+
+    from workbench.rollout.backends.base import SamplingParams
+
+    prompts = [prompt[: len(prompt) - 7 * r] for r in range(rows)]  # different lengths: padding is exercised too
+    before = [p.detach().clone() for p in graph.model.parameters()]
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0)
+    for b in (lora, graph):
+        b.clear_cache()
+    with torch.no_grad():
+        ref, got = lora.generate(prompts, params), graph.generate(prompts, params)
+    same, gaps, prefix = 0, [], []
+    for a, b in zip(ref, got):
+        n = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), min(len(a.token_ids),
+                                                                                              len(b.token_ids)))
+        same += a.token_ids == b.token_ids
+        prefix.append(n)
+        gaps += [abs(x - y) for x, y in zip(a.logprobs[: n], b.logprobs[: n])]
+    restored = all(torch.equal(x, y) for x, y in zip(before, graph.model.parameters()))
+    return {"rows": rows, "identical_rows": same, "mean_common_prefix": sum(prefix) / rows, "new_tokens": new_tokens,
+            "max_logprob_gap": max(gaps, default=0.0), "weights_restored": restored}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -131,6 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model-dir", default=None, help="a model directory or alias whose config.json and tokenizer "
                     "are used (default: the packaged SmolLM2-135M)")
     ap.add_argument("--rows", type=int, default=24, help="rows decoded together (default: %(default)s, a step's 3 x 8)")
+    ap.add_argument("--group-rows", default="8,32", help="comma-separated row counts timed again for generate, "
+                    "hf+lora and graph (default: %(default)s; '' for none)")
     ap.add_argument("--prompt-len", type=int, default=600)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=2)
@@ -142,10 +176,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from workbench.rl.policy import LoRAPolicy
+    from workbench.rollout.backends.graph import GraphBackend
     from workbench.rollout.backends.hf import HFBackend
 
     if args.tiny:
-        args.rows, args.prompt_len, args.new_tokens, args.reps = 4, 16, 4, 1
+        args.rows, args.prompt_len, args.new_tokens, args.reps, args.group_rows = 4, 16, 4, 1, "2"
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, tok, cfg = build(args.model_dir, args.tiny, device, dtype)
@@ -158,12 +193,29 @@ def main(argv: list[str] | None = None) -> dict:
     eng["transformers.generate"] = time_generate(model, prompt, args.rows, args.new_tokens, device, args.reps)
     eng["hf"] = time_backend(HFBackend(model, tok), prompt, args.rows, args.new_tokens, device, args.reps)
     policy = LoRAPolicy(model=model, tokenizer=tok, r=16, alpha=32, device=None)
+    with torch.no_grad():  # a trained adapter's B is not zero: merging must then change (and restore) the weights
+        for name, p in policy.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
     lora = HFBackend(policy.model, tok)
     eng["hf+lora"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps)
     res["profile_hf+lora"] = profile_backend(lora, prompt, args.rows, args.new_tokens, device, args.top)
     policy.model.merge_adapter()
     eng["hf+lora merged"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps)
     policy.model.unmerge_adapter()
+    graph = GraphBackend(policy.model, tok)
+    eng["graph"] = time_backend(graph, prompt, args.rows, args.new_tokens, device, args.reps)
+    eng["graph"]["stats"] = {k: graph.stats[k] for k in ("graph_captures", "graph_replays", "eager_steps",
+                                                          "merged_layers", "graph_fallback")}
+    res["agreement"] = agreement(lora, graph, prompt, min(args.rows, 8), args.new_tokens)
+    res["profile_graph"] = profile_backend(graph, prompt, args.rows, args.new_tokens, device, args.top)
+    eng["graph, eager"] = time_backend(GraphBackend(policy.model, tok, graphs=False), prompt, args.rows,
+                                       args.new_tokens, device, args.reps)
+    groups = res["groups"] = {}
+    for n in [int(x) for x in args.group_rows.split(",") if x.strip()]:
+        groups[n] = {"transformers.generate": time_generate(model, prompt, n, args.new_tokens, device, args.reps),
+                     "hf+lora": time_backend(lora, prompt, n, args.new_tokens, device, args.reps),
+                     "graph": time_backend(graph, prompt, n, args.new_tokens, device, args.reps)}
 
     print(f"{time.strftime('%Y-%m-%d')} · {res['device']} · torch {res['torch']} · {dtype} · {cfg.num_hidden_layers} "
           f"layers, random weights · {args.rows} rows x ({args.prompt_len} prompt + {args.new_tokens} new tokens)")
@@ -171,9 +223,23 @@ def main(argv: list[str] | None = None) -> dict:
     base = eng["transformers.generate"]["tokens_per_s"]
     for name, r in eng.items():
         print(f"| {name} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | {r['tokens_per_s'] / base:.2f}x |")
-    p = res["profile_hf+lora"]
-    busy = f", GPU busy {p['gpu_busy_ms']:.0f} ms ({100 * p['gpu_busy_ms'] / p['wall_ms']:.0f}%)" if p["gpu_busy_ms"] else ""
-    print(f"\nhf+lora under the profiler: wall {p['wall_ms']:.0f} ms{busy}, {p['kernel_launches']} kernel launches")
+    if groups:
+        print("\n| rows | generate tok/s | hf+lora tok/s | graph tok/s | graph vs generate |\n|---:|---:|---:|---:|---:|")
+        for n, g in groups.items():
+            gen_, lo, gr = (g[k]["tokens_per_s"] for k in ("transformers.generate", "hf+lora", "graph"))
+            print(f"| {n} | {gen_:.0f} | {lo:.0f} | {gr:.0f} | {gr / gen_:.2f}x |")
+    a = res["agreement"]
+    print(f"\ngreedy, graph vs hf+lora on {a['rows']} prompts x {a['new_tokens']} tokens: {a['identical_rows']} rows "
+          f"identical, common prefix {a['mean_common_prefix']:.1f} tokens on average, largest logprob gap on it "
+          f"{a['max_logprob_gap']:.4f}; weights restored after the merge: {a['weights_restored']}")
+    st = eng["graph"]["stats"]
+    print(f"\ngraph: {st['graph_captures']} captures, {st['graph_replays']} replays, {st['eager_steps']} eager steps, "
+          f"{st['merged_layers']} LoRA layers merged a call" + (f"; FELL BACK: {st['graph_fallback']}"
+                                                                 if st["graph_fallback"] else ""))
+    for name in ("graph", "hf+lora"):
+        p = res[f"profile_{name}"]
+        busy = f", GPU busy {p['gpu_busy_ms']:.0f} ms ({100 * p['gpu_busy_ms'] / p['wall_ms']:.0f}%)" if p["gpu_busy_ms"] else ""
+        print(f"\n{name} under the profiler: wall {p['wall_ms']:.0f} ms{busy}, {p['kernel_launches']} kernel launches")
     print("| operator | calls | self CPU ms |\n|---|---:|---:|")
     for r in p["top_ops"]:
         print(f"| {r['op']} | {r['calls']} | {r['self_cpu_ms']:.1f} |")

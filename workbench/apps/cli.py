@@ -104,8 +104,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-turns", type=_positive_int, default=d["max_turns"], help="policy turns per trajectory (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=d["max_new_tokens"], help="tokens per turn (default: %(default)s)")
     p.add_argument("--no-notebooks", action="store_true", help="skip executing the notebooks and writing the static dashboard into the run")
-    p.add_argument("--rollout-engine", default=d["rollout_engine"], choices=("auto", "fp32", "int4"),
-                   help="fp32: the exact HF backend; int4: int4 decode / bf16 prefill; auto: int4 on a CPU with native bf16 (default: %(default)s)")
+    p.add_argument("--rollout-engine", default=d["rollout_engine"], choices=("auto", "fp32", "int4", "graph"),
+                   help="fp32: the exact HF backend; int4: int4 decode / bf16 prefill (CPU); graph: LoRA merged, decode step as a CUDA graph (CUDA); auto: graph on CUDA, int4 on a CPU with native bf16 or AVX2/NEON (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: $OMP_NUM_THREADS, else 1 on a busy machine, else the cores; see workbench.util.threads)")
 
 

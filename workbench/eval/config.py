@@ -192,8 +192,9 @@ class EvalConfig:
 
     rollout_engine: str = "auto"
     """What generates the rollouts from a loaded model (``workbench.rollout.backends.quant``): ``fp32`` (the exact HF
-    backend), ``int4`` (int4 weights for decode steps, bf16 for prefill, the adapter unmerged; on a CPU), ``auto``
-    (``int4`` on a CPU with native bf16, else ``fp32``)."""
+    backend), ``int4`` (int4 weights for decode steps, bf16 for prefill, the adapter unmerged; on a CPU), ``graph``
+    (the LoRA merged for each call and the decode step replayed as a CUDA graph; on CUDA), ``auto`` (``graph`` on CUDA,
+    ``int4`` on a CPU with native bf16 or the C decode step's vector kernels, else ``fp32``)."""
 
     allow_pickle_weights: bool = False
     """Load a model directory that has only pickle weights (``pytorch_model.bin``). Pickle files can run

@@ -40,7 +40,7 @@ def make_rollout_backend(config: Any, policy: LoRAPolicy) -> Backend:
 
     kind = config.rollout_backend
     kw = dict(config.rollout_kwargs)
-    if kind == "hf":  # the trained model itself (fp32) or its int4 copy (config.rollout_engine)
+    if kind == "hf":  # the trained model itself (fp32, graph) or its int4 copy (config.rollout_engine)
         return make_backend("hf", policy.model, tokenizer=policy.tokenizer, engine=config.rollout_engine, **kw)
     if kind == "openai":
         from workbench.rollout.backends.openai import RequestFailed
@@ -73,7 +73,7 @@ class AdapterSync:
     def __init__(self, backend: Backend, policy: LoRAPolicy, directory: str | Path | None = None, keep: int = 2):
         self.backend, self.policy, self.keep = backend, policy, keep
         self.kind = getattr(backend, "name", "hf")
-        if self.kind == "int4":  # QuantBackend reads the live LoRA weights in process, as hf does: nothing to hand over
+        if self.kind in ("int4", "graph"):  # in process, reading the live LoRA weights as hf does: nothing to hand over
             self.kind = "hf"
         self._tmp = None
         if directory is None and self.kind != "hf":

@@ -182,7 +182,9 @@ class TrainConfig:
     """How the ``hf`` rollout backend runs the policy (``workbench.rollout.backends.quant``): ``fp32`` (the trained
     model itself, exact), ``int4`` (a copy with int4 weights for decode steps and bf16 for prefill, the live LoRA
     unmerged; the update's logprobs stay fp32, ``rollout_logprob_diff`` logs the gap and ``tis_cap`` corrects it),
-    ``auto`` (``int4`` on a CPU with native bf16, else ``fp32``)."""
+    ``graph`` (the trained model with its LoRA merged for each rollout call and the decode step replayed as a CUDA
+    graph; ``workbench.rollout.backends.graph``), ``auto`` (``graph`` on CUDA, ``int4`` on a CPU with native bf16 or
+    the C decode step's vector kernels, else ``fp32``)."""
     server: str | None = None
     """Base URL of the rollout server for ``rollout_backend="openai"``, e.g. ``http://127.0.0.1:8000/v1``; the
     adapter directories it is asked to load must be readable there."""
@@ -268,8 +270,8 @@ class TrainConfig:
 
         if self.rollout_engine not in ENGINES:
             raise bad("rollout_engine", f"{self.rollout_engine!r} is not one of {ENGINES}")
-        if self.rollout_engine == "int4" and self.rollout_backend != "hf":
-            raise bad("rollout_engine", f"'int4' runs the in-process hf backend, not {self.rollout_backend!r}; "
+        if self.rollout_engine in ("int4", "graph") and self.rollout_backend != "hf":
+            raise bad("rollout_engine", f"{self.rollout_engine!r} runs the in-process hf backend, not {self.rollout_backend!r}; "
                       "drop --rollout-engine or use --rollout-backend hf")
         if self.micro_batching not in MICRO_BATCHING:
             raise bad("micro_batching", f"{self.micro_batching!r} is not one of {MICRO_BATCHING}")

@@ -7,7 +7,9 @@ trainer, the benchmarks):
   ``workbench.core.models.load_policy``) or an already loaded model (a ``PeftModel`` too) with its ``tokenizer``.
   ``engine`` picks the implementation: ``fp32`` (:class:`~workbench.rollout.backends.hf.HFBackend`), ``int4``
   (:class:`~workbench.rollout.backends.quant.QuantBackend` over an int4 copy that reads the live LoRA weights) or
-  ``auto`` (:func:`~workbench.rollout.backends.quant.choose_engine` decides from the CPU and the model);
+  ``graph`` (:class:`~workbench.rollout.backends.graph.GraphBackend`: the LoRA merged for each call and the decode
+  step replayed as a CUDA graph) or ``auto`` (:func:`~workbench.rollout.backends.quant.choose_engine` decides from the
+  device, the CPU and the model);
 - ``vllm``: ``VLLMBackend(model, tokenizer=..., **kw)`` (offline vLLM; needs CUDA and ``pip install -e .[gpu]``);
 - ``openai``: ``OpenAIBackend(base_url=..., model=model, tokenizer=..., **kw)`` (any OpenAI-compatible server;
   ``tokenizer`` defaults to ``load_tokenizer(model)``).
@@ -36,7 +38,7 @@ def make_backend(kind: str = "hf", model: Any = None, *, tokenizer: Any = None, 
             ``tokenizer``; for ``openai`` the served model name, which must also name a loadable tokenizer unless
             ``tokenizer`` is given.
         tokenizer: the model's tokenizer (``hf`` with a loaded model: required).
-        engine: ``hf`` only: ``fp32``, ``int4`` or ``auto`` (see the module docstring).
+        engine: ``hf`` only: ``fp32``, ``int4``, ``graph`` or ``auto`` (see the module docstring).
         **kw: the backend's own options (``batch_bytes=``, ``base_url=``, ``enable_lora=``, ...).
     """
     if kind == "hf":
@@ -51,6 +53,10 @@ def make_backend(kind: str = "hf", model: Any = None, *, tokenizer: Any = None, 
         elif tokenizer is None:
             raise ValueError("make_backend('hf', <a loaded model>) needs tokenizer=, the model's own tokenizer")
         engine, _ = choose_engine(engine, model)
+        if engine == "graph":
+            from workbench.rollout.backends.graph import GraphBackend
+
+            return GraphBackend(model, tokenizer, **kw)
         return (QuantBackend if engine == "int4" else HFBackend)(model, tokenizer, **kw)
     if kind == "vllm":
         return VLLMBackend(model, tokenizer=tokenizer, **kw)

@@ -381,23 +381,22 @@ class HFBackend(Backend):
         u_prompts = [list(k) for k in uniq]
         entries = [self._lookup(p) if self.prefix_cache else None for p in u_prompts]
         past, attn, pos, logits = self._prefill(u_prompts, entries)
-        if len(u_prompts) < len(rows):
-            sel = torch.tensor(expand, device=attn.device)
+        group = expand if len(u_prompts) < len(rows) else None  # a group's rows share one prefilled prompt
+        if group is not None:
+            sel = torch.tensor(group, device=attn.device)
             attn, pos, logits = attn[sel], pos[sel], logits[sel]
-            if not self.preallocate:
-                past.batch_select_indices(sel)
-        if self.preallocate:  # decode steps write in place (the group's rows taken from its one prefill here)
-            room = min(DECODE_ROOM, max(limits[i] for i in rows))  # a large limit that EOS cuts short costs no memory
-            _preallocate(past, expand if len(u_prompts) < len(rows) else None, room)
+        past = self._decode_cache(past, group, max(limits[i] for i in rows))
         row_of = list(rows)  # batch position -> row
+        live = list(range(len(rows)))  # the batch positions still decoding
 
         while True:
             self.stats["decode_steps"] += 1
             next_tok, tok_lp = _sample(logits, params.temperature, params.top_p, gen)
             keep: list[int] = []
             now = {"seconds": time.perf_counter() - t0}
-            for j, (t, lp) in enumerate(zip(next_tok.tolist(), tok_lp.tolist())):
-                i = row_of[j]
+            toks, lps = next_tok.tolist(), tok_lp.tolist()
+            for j in live:
+                i, t, lp = row_of[j], toks[j], lps[j]
                 ids_out[i].append(t)
                 lps_out[i].append(lp)
                 if t in self._eos:
@@ -409,20 +408,34 @@ class HFBackend(Backend):
                 else:
                     keep.append(j)
             if self.prefix_cache:  # the cache holds prompt + generated[:-1] of each finished row
-                for j in set(range(len(row_of))) - set(keep):
+                for j in sorted(set(live) - set(keep)):
                     i = row_of[j]
                     self._save(prompts[i] + ids_out[i][:-1], past, j, attn[j].nonzero().squeeze(-1))
             if not keep:
                 break
-            if len(keep) < len(row_of):  # drop finished rows from the batch and the cache
+            if len(keep) < len(live) and self._drops_rows:  # drop finished rows from the batch and the cache
                 sel = torch.tensor(keep, device=attn.device)
                 past.batch_select_indices(sel)
                 attn, pos, next_tok = attn[sel], pos[sel], next_tok[sel]
-                row_of = [row_of[j] for j in keep]
+                row_of, keep = [row_of[j] for j in keep], list(range(len(keep)))
+            live = keep
             attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
             pos = pos + 1
             past, logits = self._decode_step(next_tok, attn, pos, past)
         return results  # type: ignore[return-value]
+
+    #: whether finished rows leave the batch (and its keys/values) at once; an engine with a fixed-shape decode step
+    #: keeps them, decoding tokens nobody reads, until the whole batch is done
+    _drops_rows = True
+
+    def _decode_cache(self, past: Any, group: list[int] | None, limit: int) -> Any:
+        """The prefill's cache ``past`` made ready for decoding up to ``limit`` tokens a row; ``group``: the prefilled
+        row each batch row takes (a group's one prompt becomes its G rows), None when they are the same."""
+        if self.preallocate:  # decode steps write in place
+            _preallocate(past, group, min(DECODE_ROOM, limit))  # a large limit that EOS cuts short costs no memory
+        elif group is not None:
+            past.batch_select_indices(torch.tensor(group, device=self.device))
+        return past
 
     def _decode_step(self, tokens: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, past: Any):
         """One decode step: each row's next token (``tokens``, one per row) through the model over ``past``;

@@ -47,7 +47,7 @@ GROUP_SIZE = 32  # inputs per int4 scale/offset: Q4_1's block, and the smallest 
 DECODE_ROWS = 10  # rows up to which a product runs the int4 kernel (a decode step: int4 faster at 8 rows, bf16 at 16)
 ON_GRID = 0.05  # mean distance to the int4 grid, in quantization steps, below which a matrix counts as int4 already
 SHARED_PREFIX_MIN = 32  # shortest common prompt prefix that is prefilled once for a batch
-ENGINES = ("auto", "fp32", "int4")
+ENGINES = ("auto", "fp32", "int4", "graph")
 
 
 def int4_groups(w: Tensor, group: int = GROUP_SIZE) -> tuple[Tensor, Tensor, Tensor]:
@@ -354,10 +354,11 @@ def cpu_has_bf16() -> bool:
 
 
 def choose_engine(engine: str, model: Any) -> tuple[str, str]:
-    """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32`` and ``int4`` as asked; ``auto`` is ``int4`` for an
-    fp32 model on a CPU with native bf16, or on one whose C decode step builds with vector kernels (AVX2 + FMA: most
-    x86-64 CPUs since 2013; NEON: every ARM64 CPU) for a Llama-architecture model, whose decode steps then all run in C; ``fp32`` elsewhere
-    (an accelerator, bf16 weights, the plain C loops)."""
+    """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32``, ``int4`` and ``graph`` as asked; ``auto`` is ``graph``
+    for a model on CUDA (:mod:`workbench.rollout.backends.graph`), ``int4`` for an fp32 model on a CPU with native bf16,
+    or on one whose C decode step builds with vector kernels (AVX2 + FMA: most x86-64 CPUs since 2013; NEON: every
+    ARM64 CPU) for a Llama-architecture model, whose decode steps then all run in C; ``fp32`` elsewhere (another
+    accelerator, bf16 weights on a CPU, the plain C loops)."""
     if engine not in ENGINES:
         raise ValueError(f"rollout engine {engine!r} is not one of {', '.join(ENGINES)}")
     if engine != "auto":
@@ -366,6 +367,8 @@ def choose_engine(engine: str, model: Any) -> tuple[str, str]:
     if getattr(base, "config", None) is None:
         return "fp32", "auto: not a transformers model (no config), the int4 engine copies one"
     p = next(model.parameters())
+    if p.device.type == "cuda":
+        return "graph", "auto: the model is on cuda: the LoRA merged for each call, the decode step in a CUDA graph"
     if p.device.type != "cpu":
         return "fp32", f"auto: the model is on {p.device.type}, the int4 engine is for CPUs"
     if p.dtype != torch.float32:
