@@ -175,3 +175,33 @@ def test_device_check_runs_the_stages_asked_for_without_the_gguf(tmp_path):
     assert r.returncode == 0 and _stages(out) == {"suite-tiny": "rc=0"}, (out / "log.txt").read_text()[-2000:]
     r = _device_check(tmp_path / "out2", STAGES="eval", GGUF="")
     assert r.returncode != 0 and "set GGUF" in r.stderr
+
+
+def test_results_graph_engine_figures_are_the_recorded_run():
+    """The graph engine's H200 figures RESULTS, the README and the guide quote are the ones in its saved files."""
+    root = SUITE.parents[2]
+    rec = SUITE.parent / "results" / "h200-graph"
+    results = (root / "bench" / "RESULTS.md").read_text()
+    guide = (root / "README.md").read_text() + "".join(p.read_text() for p in sorted((root / "docs").rglob("*.md")))
+    prof = json.loads((rec / "graph_profile.json").read_text())
+
+    def cell(r):
+        return f"{r['ms_per_step']:.1f} ms, {r['tokens_per_s']:,.0f} tok/s"
+
+    ratios = []
+    for n in (8, 24, 32):
+        cells = " | ".join(cell(prof[f"{k} {n}"]) for k in ("generate", "hf+lora", "graph eager", "graph"))
+        ratios.append(prof[f"graph {n}"]["tokens_per_s"] / prof[f"generate {n}"]["tokens_per_s"])
+        assert f"| {n} | {cells} | **{ratios[-1]:.2f}×** |" in results
+    assert f"**{ratios[0]:.2f}× / {ratios[1]:.2f}× / {ratios[2]:.2f}×**" in results
+    span = f"{min(ratios):.1f}–{max(ratios):.1f}× `transformers.generate` at groups of 8–32"
+    assert span in guide and prof["stats"]["graph_fallback"] is None and prof["agreement"]["weights_restored"]
+    shipped = json.loads((rec / "eval_shipped_metrics.json").read_text())
+    trained = json.loads((rec / "eval_trained_metrics.json").read_text())
+    cem = shipped["methods"]["search_r1+lora"]["cem"]
+    assert f"**{shipped['rollout_seconds']:.1f} s** of rollouts, cover-EM {cem:.3f}" in results
+    assert f"{shipped['rollout_seconds']:.1f} s, cover-EM {cem:.3f}" in guide
+    assert f"cover-EM **{trained['methods']['search_r1+lora']['cem']:.3f}**" in results
+    steps = [json.loads(line) for line in (rec / "device_check_train_metrics.jsonl").read_text().splitlines()]
+    mean_step = sum(s["time_step_s"] for s in steps) / len(steps)
+    assert len(steps) == 8 and f"**{mean_step:.1f} s a step**" in results

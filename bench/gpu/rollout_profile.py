@@ -56,7 +56,13 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_backend(backend, prompt: list[int], rows: int, new_tokens: int, device: str, reps: int) -> dict:
+def _progress(name: str, rows: int, r: dict) -> None:
+    """A line as each timing ends (a device call stopped by its time limit still shows what finished)."""
+    print(f"[timed] {name}, {rows} rows: {r['ms_per_step']:.1f} ms a step, {r['tokens_per_s']:.0f} tokens/s", flush=True)
+
+
+def time_backend(backend, prompt: list[int], rows: int, new_tokens: int, device: str, reps: int,
+                 label: str = "") -> dict:
     """Best of ``reps`` timed ``generate`` calls (after one warm-up): ms per decode step and tokens/s."""
     import torch
 
@@ -80,6 +86,7 @@ def time_backend(backend, prompt: list[int], rows: int, new_tokens: int, device:
                 best = {"seconds": secs, "decode_steps": steps, "tokens": toks}
     best["ms_per_step"] = 1000 * best["seconds"] / max(1, best["decode_steps"])
     best["tokens_per_s"] = best["tokens"] / best["seconds"]
+    _progress(label or getattr(backend, "name", "backend"), rows, best)
     return best
 
 
@@ -101,6 +108,7 @@ def time_generate(model, prompt: list[int], rows: int, new_tokens: int, device: 
                 best = {"seconds": secs, "decode_steps": new_tokens, "tokens": int(out[:, len(prompt):].numel())}
     best["ms_per_step"] = 1000 * best["seconds"] / new_tokens
     best["tokens_per_s"] = best["tokens"] / best["seconds"]
+    _progress("transformers.generate", rows, best)
     return best
 
 
@@ -191,31 +199,30 @@ def main(argv: list[str] | None = None) -> dict:
                  "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "engines": {}}
     eng = res["engines"]
     eng["transformers.generate"] = time_generate(model, prompt, args.rows, args.new_tokens, device, args.reps)
-    eng["hf"] = time_backend(HFBackend(model, tok), prompt, args.rows, args.new_tokens, device, args.reps)
+    eng["hf"] = time_backend(HFBackend(model, tok), prompt, args.rows, args.new_tokens, device, args.reps, label="hf")
     policy = LoRAPolicy(model=model, tokenizer=tok, r=16, alpha=32, device=None)
     with torch.no_grad():  # a trained adapter's B is not zero: merging must then change (and restore) the weights
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.02)
     lora = HFBackend(policy.model, tok)
-    eng["hf+lora"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps)
+    eng["hf+lora"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps, label="hf+lora")
     res["profile_hf+lora"] = profile_backend(lora, prompt, args.rows, args.new_tokens, device, args.top)
     policy.model.merge_adapter()
-    eng["hf+lora merged"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps)
+    eng["hf+lora merged"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps, label="hf+lora merged")
     policy.model.unmerge_adapter()
     graph = GraphBackend(policy.model, tok)
-    eng["graph"] = time_backend(graph, prompt, args.rows, args.new_tokens, device, args.reps)
+    eng["graph"] = time_backend(graph, prompt, args.rows, args.new_tokens, device, args.reps, label="graph")
     eng["graph"]["stats"] = {k: graph.stats[k] for k in ("graph_captures", "graph_replays", "eager_steps",
                                                           "merged_layers", "graph_fallback")}
     res["agreement"] = agreement(lora, graph, prompt, min(args.rows, 8), args.new_tokens)
-    res["profile_graph"] = profile_backend(graph, prompt, args.rows, args.new_tokens, device, args.top)
     eng["graph, eager"] = time_backend(GraphBackend(policy.model, tok, graphs=False), prompt, args.rows,
-                                       args.new_tokens, device, args.reps)
+                                       args.new_tokens, device, args.reps, label="graph, eager")
     groups = res["groups"] = {}
     for n in [int(x) for x in args.group_rows.split(",") if x.strip()]:
         groups[n] = {"transformers.generate": time_generate(model, prompt, n, args.new_tokens, device, args.reps),
-                     "hf+lora": time_backend(lora, prompt, n, args.new_tokens, device, args.reps),
-                     "graph": time_backend(graph, prompt, n, args.new_tokens, device, args.reps)}
+                     "hf+lora": time_backend(lora, prompt, n, args.new_tokens, device, args.reps, label="hf+lora"),
+                     "graph": time_backend(graph, prompt, n, args.new_tokens, device, args.reps, label="graph")}
 
     print(f"{time.strftime('%Y-%m-%d')} · {res['device']} · torch {res['torch']} · {dtype} · {cfg.num_hidden_layers} "
           f"layers, random weights · {args.rows} rows x ({args.prompt_len} prompt + {args.new_tokens} new tokens)")
@@ -236,10 +243,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\ngraph: {st['graph_captures']} captures, {st['graph_replays']} replays, {st['eager_steps']} eager steps, "
           f"{st['merged_layers']} LoRA layers merged a call" + (f"; FELL BACK: {st['graph_fallback']}"
                                                                  if st["graph_fallback"] else ""))
-    for name in ("graph", "hf+lora"):
-        p = res[f"profile_{name}"]
-        busy = f", GPU busy {p['gpu_busy_ms']:.0f} ms ({100 * p['gpu_busy_ms'] / p['wall_ms']:.0f}%)" if p["gpu_busy_ms"] else ""
-        print(f"\n{name} under the profiler: wall {p['wall_ms']:.0f} ms{busy}, {p['kernel_launches']} kernel launches")
+    p = res["profile_hf+lora"]
+    busy = f", GPU busy {p['gpu_busy_ms']:.0f} ms ({100 * p['gpu_busy_ms'] / p['wall_ms']:.0f}%)" if p["gpu_busy_ms"] else ""
+    print(f"\nhf+lora under the profiler: wall {p['wall_ms']:.0f} ms{busy}, {p['kernel_launches']} kernel launches")
     print("| operator | calls | self CPU ms |\n|---|---:|---:|")
     for r in p["top_ops"]:
         print(f"| {r['op']} | {r['calls']} | {r['self_cpu_ms']:.1f} |")
