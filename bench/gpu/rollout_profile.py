@@ -18,9 +18,11 @@ on CUDA (fp32 on CPU): the time of a decode step does not depend on the weights.
 - ``transformers.generate``: the peer, sampling on the bare model with ``min_new_tokens`` = ``max_new_tokens``.
 
 Then, for each of ``--group-rows`` (GRPO groups of 8 and 32 by default), ``transformers.generate``, ``hf+lora`` and
-``graph`` again at that many rows. Reports milliseconds per decode step and tokens/s, and for ``hf+lora`` the operators with the most CPU time under
-``torch.profiler`` and the share of the wall time the GPU was busy (a low share: the step waits on Python and
-kernel launches, not on the GPU). Prints markdown; ``--out`` writes JSON.
+``graph`` again at that many rows. Reports milliseconds per decode step and tokens/s (a line as each timing ends),
+the graph engine's greedy agreement with ``hf+lora``, and last, for one ``hf+lora`` call of ``--profile-tokens``
+tokens, the operators with the most CPU time under ``torch.profiler`` and the share of the wall time the GPU was busy
+(a low share: the step waits on Python and kernel launches, not on the GPU). Prints markdown; ``--out`` writes JSON
+(before the profiler pass, and again after it).
 """
 
 from __future__ import annotations
@@ -176,6 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--prompt-len", type=int, default=600)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--profile-tokens", type=int, default=16, help="new tokens of the hf+lora call run last under "
+                    "torch.profiler (default: %(default)s; 0: none). On the H200 parsing a 64-token call's events "
+                    "took over a minute")
     ap.add_argument("--top", type=int, default=12, help="operators listed from the profile")
     ap.add_argument("--tiny", action="store_true", help="2 layers, on CPU, small sizes (seconds)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
@@ -189,6 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     if args.tiny:
         args.rows, args.prompt_len, args.new_tokens, args.reps, args.group_rows = 4, 16, 4, 1, "2"
+        args.profile_tokens = min(args.profile_tokens, 4)
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, tok, cfg = build(args.model_dir, args.tiny, device, dtype)
@@ -207,7 +213,6 @@ def main(argv: list[str] | None = None) -> dict:
                 p.normal_(0, 0.02)
     lora = HFBackend(policy.model, tok)
     eng["hf+lora"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps, label="hf+lora")
-    res["profile_hf+lora"] = profile_backend(lora, prompt, args.rows, args.new_tokens, device, args.top)
     policy.model.merge_adapter()
     eng["hf+lora merged"] = time_backend(lora, prompt, args.rows, args.new_tokens, device, args.reps, label="hf+lora merged")
     policy.model.unmerge_adapter()
@@ -243,9 +248,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\ngraph: {st['graph_captures']} captures, {st['graph_replays']} replays, {st['eager_steps']} eager steps, "
           f"{st['merged_layers']} LoRA layers merged a call" + (f"; FELL BACK: {st['graph_fallback']}"
                                                                  if st["graph_fallback"] else ""))
-    p = res["profile_hf+lora"]
+    if args.out:  # before the profiler pass: parsing its events can take minutes on a GPU (many kernels)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    if not args.profile_tokens:
+        return res
+    p = res["profile_hf+lora"] = profile_backend(lora, prompt, args.rows, args.profile_tokens, device, args.top)
     busy = f", GPU busy {p['gpu_busy_ms']:.0f} ms ({100 * p['gpu_busy_ms'] / p['wall_ms']:.0f}%)" if p["gpu_busy_ms"] else ""
-    print(f"\nhf+lora under the profiler: wall {p['wall_ms']:.0f} ms{busy}, {p['kernel_launches']} kernel launches")
+    print(f"\nhf+lora under the profiler ({args.profile_tokens} new tokens): wall {p['wall_ms']:.0f} ms{busy}, "
+          f"{p['kernel_launches']} kernel launches")
     print("| operator | calls | self CPU ms |\n|---|---:|---:|")
     for r in p["top_ops"]:
         print(f"| {r['op']} | {r['calls']} | {r['self_cpu_ms']:.1f} |")
