@@ -80,7 +80,10 @@ class TrainConfig:
     ``{"surrogate": "dual_clip"}``, ``{"adv_norm": "rloo"}``)."""
 
     dataset: str = "world"
-    """``world`` (the synthetic world; others through the Python API: ``Trainer(examples=..., toolbox=...)``)."""
+    """``world`` (the synthetic world), or a benchmark file or name ``load_dataset`` reads (HotpotQA, 2Wiki, MuSiQue,
+    IRCoT, FlashRAG layouts: e.g. a MuSiQue train file), whose questions search their own paragraphs as ``corpus``
+    says; it has no held-out questions (``eval_limit`` 0: judge the adapter with ``workbench eval``). Other data
+    through the Python API: ``Trainer(examples=..., toolbox=...)``."""
     split: str = "train"
     eval_split: str = "dev"
     eval_limit: int = 0
@@ -93,7 +96,9 @@ class TrainConfig:
     """Passage search: bm25, or dense (chromadb; or the faiss ``index``), encoding queries with ``encoder``."""
     corpus: str | None = None
     """A corpus file (FlashRAG JSONL, or any layout ``load_corpus`` reads) the search tool searches instead of the
-    world's passages; the questions stay the world's."""
+    world's passages (the questions stay the world's or the dataset's); with a ``dataset`` file also ``pooled`` (the
+    default there: one corpus from all its questions' paragraphs) or ``per-question`` (each question searches only
+    its own paragraphs, as ``workbench eval --corpus per-question`` judges it)."""
     index: str | None = None
     """A faiss index of ``corpus`` (row i = passage i; or of the world's passages) that dense search uses, built with
     ``encoder``; memory-mapped where its type allows, a JSONL corpus read on demand."""
@@ -235,6 +240,15 @@ class TrainConfig:
             raise bad("max_failed_share", f"must be in [0, 1], got {self.max_failed_share}")
         if self.group_size < 2:
             raise bad("group_size", f"GRPO-family advantages compare rollouts of one question; use >= 2, got {self.group_size}")
+        if self.corpus in ("pooled", "per-question"):
+            if self.dataset == "world":
+                raise bad("corpus", f"{self.corpus!r} builds the corpus from a dataset file's own paragraphs; the world "
+                                    "has one shared corpus: add --dataset FILE, or drop --corpus")
+            if self.index is not None:
+                raise bad("index", f"an index is of a corpus file, not of --corpus {self.corpus}: drop --index")
+        if self.dataset != "world" and self.eval_limit:
+            raise bad("eval_limit", f"--dataset {self.dataset} has no held-out questions: drop --eval-limit and judge "
+                                    "the adapter with `workbench eval --dataset DEV_FILE --corpus per-question`")
         if self.index is not None and self.retriever != "dense":
             raise bad("index", f"a faiss index is for dense search; retriever is {self.retriever!r}: add --retriever dense")
         from workbench.tools.dense import POOLING

@@ -113,10 +113,14 @@ class Trainer:
         self.protocol = parts.protocol
 
         world = None
-        if examples is None or (toolbox is None and config.dataset == "world"):
-            if config.dataset != "world":
-                raise ValueError(f"TrainConfig.dataset {config.dataset!r}: only 'world' is built in; pass examples= "
-                                 "and toolbox= to Trainer for other data")
+        bench = config.dataset != "world" and examples is None  # a benchmark file's questions, their own paragraphs
+        if bench:
+            from workbench.data.loaders import load_dataset
+
+            examples = load_dataset(config.dataset, split=config.split)
+            if not examples:
+                raise ValueError(f"TrainConfig.dataset {config.dataset!r}: no questions")
+        elif examples is None or (toolbox is None and config.dataset == "world"):
             from workbench.data.world import load_world
 
             world = load_world()
@@ -147,6 +151,8 @@ class Trainer:
                 torch.distributed.broadcast(p.data, src=0)
         self.tokenizer = policy.tokenizer
         self.backend = make_rollout_backend(config, policy)  # hf | openai | vllm (workbench.rl.rollout_sync)
+        if toolbox is None and bench and config.corpus in (None, "pooled", "per-question"):
+            toolbox = self._dataset_tools(train)
         if toolbox is None:
             from workbench.tools.toolbox import build_toolbox
 
@@ -196,6 +202,38 @@ class Trainer:
         self.trackers = Trackers(config.report_to if self.rank == 0 else "none", self.run, say=self._say)
         """``config.report_to``'s experiment trackers (:mod:`workbench.rl.trackers`): a copy of every metrics row and
         each step's completions, opened at the first."""
+
+    def _dataset_tools(self, train: Sequence[Example]) -> Toolbox | Callable[[Example], Toolbox]:
+        """A dataset file's tools: one toolbox over all the training questions' paragraphs (``pooled``), or a
+        function giving each question a toolbox over its own (``per-question``; :meth:`roll_out` then rolls out each
+        question's group on its own)."""
+        from workbench.data.corpora import corpus_from_contexts
+        from workbench.tools.toolbox import build_toolbox
+
+        cfg = self.config
+
+        def tools(passages: list[Any]) -> Toolbox:
+            return build_toolbox(self.protocol, None, passages=passages, retriever=cfg.retriever,
+                                 tokenizer=self.tokenizer, encoder=self._search_encoder())
+
+        if cfg.corpus != "per-question":
+            passages = corpus_from_contexts(list(train))
+            if not passages:
+                raise ValueError(f"TrainConfig.dataset {cfg.dataset!r}: its questions carry no paragraphs to search; "
+                                 "pass a corpus file (--corpus FILE)")
+            return tools(passages)
+        bare = [e.id for e in train if not e.meta.get("contexts")]
+        if bare:
+            raise ValueError(f"--corpus per-question: {len(bare)} of {len(train)} questions of {cfg.dataset!r} have no "
+                             f"paragraphs of their own (e.g. {bare[0]!r}); use --corpus pooled or --corpus FILE")
+        kept: dict[str, Toolbox] = {}
+
+        def per_question(example: Example) -> Toolbox:
+            if example.id not in kept:
+                kept[example.id] = tools(corpus_from_contexts([example], fill_supporting=False))
+            return kept[example.id]
+
+        return per_question
 
     # ------------------------------------------------------------------ helpers
     def _say(self, msg: str) -> None:
@@ -280,9 +318,16 @@ class Trainer:
         cfg = self.config.rollout_config(seed, greedy=greedy, group_size=group_size)
         self.adapter_sync(self.opt_step)  # a serving backend gets the adapter of this optimizer step
         self.policy.model.eval()
+        from workbench.tools.base import Toolbox
+
+        meta = {"method": self.protocol.name, "model": self.config.model}
         with torch.no_grad():
-            trajs = rollout(list(examples), self.protocol, self.toolbox, self.backend, cfg, progress=self.progress,
-                            meta={"method": self.protocol.name, "model": self.config.model})
+            if isinstance(self.toolbox, Toolbox):
+                trajs = rollout(list(examples), self.protocol, self.toolbox, self.backend, cfg, progress=self.progress,
+                                meta=meta)
+            else:  # each question its own tools: its group rolls out on its own (the engine shares one toolbox)
+                trajs = [t for ex in examples for t in rollout([ex], self.protocol, self.toolbox(ex), self.backend, cfg,
+                                                               progress=False, meta=meta)]
         self.backend.clear_cache()
         return trajs
 
