@@ -488,3 +488,9 @@ def test_the_shipped_real_layout_figures_are_what_results_quotes():
         assert c.b.label == "search_r1+lora (real-layout SFT)" and sum(len(s) for s in c.b.seeds) == 60
         assert _cell(root / f"real_layout_vs_{other}") in results, other
     assert _cell(root / "real_layout_world_leak") in results
+    for other in ("sft", "world_adapter", "direct", "vanilla_rag"):  # the stage's second run, with RL
+        c = paired.Comparison.load(root / f"real_layout_rl_vs_{other}" / "comparison.json")
+        assert c.b.label == "search_r1+lora (real-layout SFT + RL)" and sum(len(s) for s in c.b.seeds) == 60
+        for hops in ("all", "2", "4"):
+            assert _cell(root / f"real_layout_rl_vs_{other}", hops) in results, (other, hops)
+    assert _cell(root / "real_layout_rl_world_leak") in results
