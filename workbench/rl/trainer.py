@@ -233,6 +233,7 @@ class Trainer:
                 kept[example.id] = tools(corpus_from_contexts([example], fill_supporting=False))
             return kept[example.id]
 
+        per_question.per_question = True  # type: ignore[attr-defined]  # roll_out: one toolbox per question
         return per_question
 
     # ------------------------------------------------------------------ helpers
@@ -318,11 +319,9 @@ class Trainer:
         cfg = self.config.rollout_config(seed, greedy=greedy, group_size=group_size)
         self.adapter_sync(self.opt_step)  # a serving backend gets the adapter of this optimizer step
         self.policy.model.eval()
-        from workbench.tools.base import Toolbox
-
         meta = {"method": self.protocol.name, "model": self.config.model}
         with torch.no_grad():
-            if isinstance(self.toolbox, Toolbox):
+            if not getattr(self.toolbox, "per_question", False):
                 trajs = rollout(list(examples), self.protocol, self.toolbox, self.backend, cfg, progress=self.progress,
                                 meta=meta)
             else:  # each question its own tools: its group rolls out on its own (the engine shares one toolbox)
