@@ -131,3 +131,23 @@ def test_auto_picks_the_graph_engine_on_cuda_only(lora_model):
                               parameters=lambda: iter([SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16)]))
     engine, why = choose_engine("auto", on_cuda)
     assert engine == "graph" and "CUDA graph" in why
+
+
+def test_a_failed_capture_warns_and_decodes_the_same_eagerly(lora_model, monkeypatch):
+    """Where the capture raises (a model whose step cannot be captured), the engine says so once and decodes the
+    same tokens eagerly."""
+    model, tok = lora_model
+    prompts = _prompts(tok)[:2]
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    ref = GraphBackend(model, tok).generate(prompts, params)
+    backend = GraphBackend(model, tok)
+    backend.graphs = True  # as on CUDA
+
+    def fail(st, past):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(backend, "_capture", fail)
+    with pytest.warns(UserWarning, match="capture failed .*decoding eagerly"):
+        got = backend.generate(prompts, params)
+    assert [g.token_ids for g in got] == [g.token_ids for g in ref]
+    assert "stream is capturing" in backend.stats["graph_fallback"] and not backend.graphs

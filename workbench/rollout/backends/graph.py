@@ -18,12 +18,14 @@ stop strings, results) with two changes:
 
 On a CPU there are no CUDA graphs and the static step runs eagerly (the tests check it against ``HFBackend``: same
 tokens, logprobs within float error); ``--rollout-engine auto`` picks this engine for a model on CUDA only. If a
-capture fails, the batch decodes eagerly on the same buffers and ``stats["graph_fallback"]`` says why.
+capture fails, a warning says so, and from then on the engine decodes eagerly on the same buffers
+(``stats["graph_fallback"]`` keeps why).
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -180,7 +182,10 @@ class GraphBackend(HFBackend):
             except Exception as e:  # noqa: BLE001 - any capture failure: decode eagerly, say why
                 self.graphs = False
                 self.stats["graph_fallback"] = f"{type(e).__name__}: {e}"[:300]
-                torch.cuda.synchronize()
+                warnings.warn(f"graph engine: the CUDA-graph capture failed ({self.stats['graph_fallback']}); "
+                              "decoding eagerly on the same buffers from here on (slower, same outputs)", stacklevel=2)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
         if st.graph is not None:
             st.graph.replay()
             self.stats["graph_replays"] += 1
