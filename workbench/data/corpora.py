@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from workbench.core.types import Passage
@@ -155,6 +155,16 @@ def _corpus_layouts() -> str:
 def context_passage_id(title: str, text: str) -> str:
     """Stable, content-derived id of a context paragraph (same (title, text) → same id, in any corpus)."""
     return "ctx-" + stable_hash([title, text], 16)
+
+
+def check_own_paragraphs(examples: Sequence[Example], source: str | None = None) -> None:
+    """A one-line ``ValueError`` unless every question carries paragraphs of its own (``meta["contexts"]``), what
+    ``--corpus per-question`` searches; ``source`` names the dataset in the message."""
+    bare = [e.id for e in examples if not e.meta.get("contexts")]
+    if bare:
+        of = f" of {source!r}" if source else ""
+        raise ValueError(f"--corpus per-question: {len(bare)} of {len(examples)} questions{of} have no paragraphs of "
+                         f"their own (e.g. {bare[0]!r}); use --corpus pooled or --corpus FILE")
 
 
 def corpus_from_contexts(

@@ -336,10 +336,9 @@ def load_eval_data(cfg: EvalConfig) -> EvalData:
         raise ValueError(f"no questions in split {cfg.split!r} of {cfg.dataset!r}")
     data.examples = data.examples[: cfg.limit] if cfg.limit else data.examples
     if data.setting == "per-question":
-        bare = [e.id for e in data.examples if not e.meta.get("contexts")]
-        if bare:
-            raise ValueError(f"--corpus per-question: {len(bare)} of {len(data.examples)} questions have no paragraphs "
-                             f"of their own (e.g. {bare[0]!r}); use --corpus pooled or --corpus FILE")
+        from workbench.data.corpora import check_own_paragraphs
+
+        check_own_paragraphs(data.examples)
         sizes = [len(e.meta["contexts"]) for e in data.examples]
         data.info["passages_per_question"] = sum(sizes) / len(sizes)
     if cfg.kg:

@@ -207,7 +207,7 @@ class Trainer:
         """A dataset file's tools: one toolbox over all the training questions' paragraphs (``pooled``), or a
         function giving each question a toolbox over its own (``per-question``; :meth:`roll_out` then rolls out each
         question's group on its own)."""
-        from workbench.data.corpora import corpus_from_contexts
+        from workbench.data.corpora import check_own_paragraphs, corpus_from_contexts
         from workbench.tools.toolbox import build_toolbox
 
         cfg = self.config
@@ -222,10 +222,7 @@ class Trainer:
                 raise ValueError(f"TrainConfig.dataset {cfg.dataset!r}: its questions carry no paragraphs to search; "
                                  "pass a corpus file (--corpus FILE)")
             return tools(passages)
-        bare = [e.id for e in train if not e.meta.get("contexts")]
-        if bare:
-            raise ValueError(f"--corpus per-question: {len(bare)} of {len(train)} questions of {cfg.dataset!r} have no "
-                             f"paragraphs of their own (e.g. {bare[0]!r}); use --corpus pooled or --corpus FILE")
+        check_own_paragraphs(train, cfg.dataset)
         kept: dict[str, Toolbox] = {}
 
         def per_question(example: Example) -> Toolbox:

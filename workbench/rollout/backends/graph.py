@@ -30,10 +30,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
 from workbench.rollout.backends.base import SamplingParams
-from workbench.rollout.backends.hf import CACHE_ARG, HFBackend
+from workbench.rollout.backends.hf import CACHE_ARG, HFBackend, _BufferedLayer
 
 _ALIGN = 64  # static caches hold a multiple of this many tokens (aligned attention masks, fewer distinct shapes)
 
@@ -73,23 +72,21 @@ def merged_lora(model: Any) -> Iterator[int]:
                 m.merged_adapters.clear()
 
 
-class _StaticLayer(DynamicLayer):
-    """A key/value layer of fixed shape ``rows x heads x length x dim``: ``update`` writes the step's key and value at
-    the column the shared position tensor ``col`` holds and returns the whole buffers (the attention mask hides the
-    columns not yet written, which hold zeros)."""
+class _StaticLayer(_BufferedLayer):
+    """A key/value layer of fixed shape ``rows x heads x length x dim`` (the prefill's rows copied in as
+    :class:`_BufferedLayer` does): ``update`` writes the step's key and value at the column the shared position tensor
+    ``col`` holds and returns the whole buffers (the attention mask hides the columns not yet written, which hold
+    zeros)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int, rows: list[int] | None,
                  col: torch.Tensor):
-        super().__init__()
-        _, H, n, D = keys.shape
-        rows = list(range(keys.shape[0])) if rows is None else rows
-        self._k = keys.new_zeros((len(rows), H, length, D))
-        self._v = values.new_zeros((len(rows), H, length, D))
-        for r, src in enumerate(rows):
-            self._k[r, :, :n], self._v[r, :, :n] = keys[src], values[src]
+        super().__init__(keys, values, length - keys.shape[-2], rows)
+        self._k[:, :, self.n :].zero_()  # masked, but never garbage (0 x NaN would poison the attention)
+        self._v[:, :, self.n :].zero_()
         self.col = col
+
+    def _views(self) -> None:
         self.keys, self.values = self._k, self._v
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         self._k.index_copy_(2, self.col, key_states)
