@@ -238,11 +238,35 @@ def execute_notebook(
             log_output=False,
             store_widget_state=False,  # the widget state embeds plotly's JS per figure (~5 MB each)
             config=config,
+            kernel_manager_class=quiet_shutdown_manager(),
         )
     finally:
         if sockets:
             shutil.rmtree(sockets, ignore_errors=True)
     return output
+
+
+_QUIET_MANAGER: type | None = None
+
+
+def quiet_shutdown_manager() -> type:
+    """nbclient's kernel manager (jupyter_client's ``AsyncKernelManager``) without the interrupt it sends before
+    each shutdown request: a kernel still finishing a message when that SIGINT lands logs ``[IPKernelApp] ERROR |
+    KeyboardInterrupt caught in kernel`` to the terminal, where a notebook that ran fine then looks failed (seen in
+    ``make demo``'s output). The shutdown request goes over the control channel, which ipykernel serves beside a
+    busy shell, and a kernel that does not exit within its wait is killed, so nothing is left running."""
+    global _QUIET_MANAGER
+    if _QUIET_MANAGER is None:
+        from jupyter_client.manager import AsyncKernelManager
+
+        class QuietShutdownKernelManager(AsyncKernelManager):
+            async def _async_interrupt_kernel(self) -> None:
+                if self.shutting_down:
+                    return
+                await super()._async_interrupt_kernel()
+
+        _QUIET_MANAGER = QuietShutdownKernelManager
+    return _QUIET_MANAGER
 
 
 def render_html(notebook: str | os.PathLike, html_path: str | os.PathLike | None = None,
