@@ -529,5 +529,23 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.G
             cum = sp.cumsum(-1)
             sp[(cum - sp) > top_p] = 0.0  # keep the smallest prefix whose mass reaches top_p
             probs = torch.zeros_like(probs).scatter_(-1, si, sp)
-        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        nxt = draw(probs, gen)
     return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
+
+
+def draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``probs`` (non-negative; a row need not sum to 1), drawn with probability proportional to
+    its entry, by inverse CDF: one uniform per row against the row's cumulative sums, which overwrite ``probs`` (no
+    second vocabulary-sized buffer; torch's CPU scan accumulates in float64, so each sum is within half an fp32 ulp).
+    The same distribution as ``torch.multinomial(probs, 1)``, which on a CPU draws one exponential per vocabulary
+    entry and row, several times slower at a decode step's 3-8 rows over SmolLM2's 49,152 tokens
+    (``bench/bench_sampling.py``). A zero entry is never drawn: the index is the first whose cumulative sum exceeds
+    the uniform, and the uniform stays below the row's total."""
+    cdf = probs.cumsum_(-1)
+    total = cdf[:, -1:]
+    if not bool(torch.isfinite(total).all() and (total > 0).all()):
+        raise ValueError("sampling probabilities with a NaN, an infinity or no mass in a row (the model's logits are "
+                         "not finite): check the model's weights and dtype")
+    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=gen) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)
