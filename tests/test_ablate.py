@@ -494,3 +494,16 @@ def test_the_shipped_real_layout_figures_are_what_results_quotes():
         for hops in ("all", "2", "4"):
             assert _cell(root / f"real_layout_rl_vs_{other}", hops) in results, (other, hops)
     assert _cell(root / "real_layout_rl_world_leak") in results
+
+
+def test_the_shipped_deep_hop_oversampling_figures_are_what_results_quotes():
+    """The oversampled deep SFT (issue 50, item 1) against the shipped adapter and the first deep recipe's two
+    adapters on the 180 held-out questions: the paired differences RESULTS quotes, recomputed from the shipped
+    comparison files."""
+    _, results = _shipped_texts()
+    root = BENCH.parent / "data" / "results" / "deep_over"
+    for other in ("shipped64", "deepsft64", "deeprl64"):
+        c = paired.Comparison.load(root / f"{other}_vs_over" / "comparison.json")
+        assert c.b.label.startswith("oversampled deep SFT") and sum(len(s) for s in c.b.seeds) == 180
+        for hops in ("all", "1", "3", "4"):
+            assert _cell(root / f"{other}_vs_over", hops) in results, (other, hops)
