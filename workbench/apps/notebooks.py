@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -246,27 +247,23 @@ def execute_notebook(
     return output
 
 
-_QUIET_MANAGER: type | None = None
-
-
+@functools.cache
 def quiet_shutdown_manager() -> type:
     """nbclient's kernel manager (jupyter_client's ``AsyncKernelManager``) without the interrupt it sends before
     each shutdown request: a kernel still finishing a message when that SIGINT lands logs ``[IPKernelApp] ERROR |
     KeyboardInterrupt caught in kernel`` to the terminal, where a notebook that ran fine then looks failed (seen in
     ``make demo``'s output). The shutdown request goes over the control channel, which ipykernel serves beside a
-    busy shell, and a kernel that does not exit within its wait is killed, so nothing is left running."""
-    global _QUIET_MANAGER
-    if _QUIET_MANAGER is None:
-        from jupyter_client.manager import AsyncKernelManager
+    busy shell, and a kernel that does not exit within its wait is killed, so nothing is left running. Built on first
+    use (jupyter_client is imported only where a notebook runs), one class for every call."""
+    from jupyter_client.manager import AsyncKernelManager
 
-        class QuietShutdownKernelManager(AsyncKernelManager):
-            async def _async_interrupt_kernel(self) -> None:
-                if self.shutting_down:
-                    return
-                await super()._async_interrupt_kernel()
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if self.shutting_down:
+                return
+            await super()._async_interrupt_kernel()
 
-        _QUIET_MANAGER = QuietShutdownKernelManager
-    return _QUIET_MANAGER
+    return QuietShutdownKernelManager
 
 
 def render_html(notebook: str | os.PathLike, html_path: str | os.PathLike | None = None,
