@@ -497,7 +497,7 @@ def test_the_shipped_real_layout_figures_are_what_results_quotes():
 
 
 def test_the_shipped_deep_hop_oversampling_figures_are_what_results_quotes():
-    """The oversampled deep SFT (issue 50, item 1) against the shipped adapter and the first deep recipe's two
+    """The oversampled deep SFT against the shipped adapter and the first deep recipe's two
     adapters on the 180 held-out questions: the paired differences RESULTS quotes, recomputed from the shipped
     comparison files."""
     _, results = _shipped_texts()
