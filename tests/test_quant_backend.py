@@ -92,6 +92,24 @@ def test_without_native_bf16_larger_products_use_the_fp32_weight():
     assert not torch.equal(bf16(x), lin(x)) and torch.allclose(bf16(x), lin(x), atol=2e-2)
 
 
+def test_the_int4_matrix_is_made_where_its_products_run_and_the_grid_kept_until_packed():
+    """Without torch int4 products (``decode_rows=0``: no native bf16, the C step decodes) the int4 matrix is made on
+    first use, the same bytes as made at once; the kept grid is the weight's own and, dropped, is computed again."""
+    lin = torch.nn.Linear(64, 48, bias=False)
+    lin.weight.data = torch.randn(48, 64)  # off the grid: two levels
+    eager, lazy = QuantLinear(lin, decode_rows=4), QuantLinear(lin, decode_rows=0, prefill_bf16=False)
+    assert eager._int4 is not None and lazy._int4 is None and lazy.levels == eager.levels == 2
+    kept = lazy.grid()
+    assert all(torch.equal(a, b) for a, b in zip(kept, int4_groups(lin.weight.detach())))
+    assert kept[0].dtype == torch.int32 and lazy._grid[0].dtype == torch.uint8  # levels kept as bytes
+    lazy.drop_grid()
+    assert lazy._grid is None and all(torch.equal(a, b) for a, b in zip(lazy.grid(), kept))
+    assert torch.equal(lazy.int4.packed, eager.int4.packed) and torch.equal(lazy.int4.scales_zeros,
+                                                                            eager.int4.scales_zeros)
+    x = torch.randn(3, 64)
+    assert torch.equal(lazy.int4.matmul(x), eager.int4.matmul(x))
+
+
 def test_the_fp32_prefill_of_a_batch_goes_row_by_row_and_lays_out_as_the_batched_one(tiny_model):
     """Without native bf16 a batch's prompts are prefilled apart (rows that extend one kept cache together) and
     laid side by side: the same last logits, positions and attended keys and values as the padded batched prefill,

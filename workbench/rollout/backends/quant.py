@@ -59,13 +59,13 @@ def int4_groups(w: Tensor, group: int = GROUP_SIZE) -> tuple[Tensor, Tensor, Ten
     low, high = g.amin(-1), g.amax(-1)
     step = (high - low) / 15
     safe = torch.where(step > 0, step, torch.ones_like(step))
-    q = torch.round((g - low[..., None]) / safe[..., None]).clamp_(0, 15).to(torch.int32)
+    q = (g - low[..., None]).div_(safe[..., None]).round_().clamp_(0, 15).to(torch.int32)
     return q.reshape(N, K), step, low
 
 
 def dequantize(q: Tensor, step: Tensor, low: Tensor, group: int = GROUP_SIZE) -> Tensor:
     N, K = q.shape
-    return (q.reshape(N, K // group, group).float() * step[..., None] + low[..., None]).reshape(N, K)
+    return q.reshape(N, K // group, group).to(torch.float32, copy=True).mul_(step[..., None]).add_(low[..., None]).reshape(N, K)
 
 
 def int4_step_error(w: Tensor, group: int = GROUP_SIZE,
@@ -74,9 +74,12 @@ def int4_step_error(w: Tensor, group: int = GROUP_SIZE,
     were never int4 (uniform rounding error), near 0 for a 4-bit model's (the default GGUF's Q4_1 layers: only the
     bf16 rounding of the stored weights moves them off it). ``groups``: ``int4_groups(w, group)`` if already made."""
     q, step, low = groups if groups is not None else int4_groups(w, group)
-    err = (dequantize(q, step, low, group) - w.float()).abs().reshape(step.shape[0], step.shape[1], group)
+    err = dequantize(q, step, low, group).sub_(w.float()).abs_().reshape(step.shape[0], step.shape[1], group)
     live = step > 0
-    return float((err / torch.where(live, step, torch.ones_like(step))[..., None])[live].mean()) if live.any() else 0.0
+    err.div_(torch.where(live, step, torch.ones_like(step))[..., None])
+    if bool(live.all()):
+        return float(err.mean())
+    return float(err[live].mean()) if live.any() else 0.0
 
 
 @dataclass
@@ -145,16 +148,33 @@ class QuantLinear(nn.Module):
         grid = int4_groups(w)  # the first level's grid, which also measures how far ``w`` lies from it
         self.step_error = int4_step_error(w, groups=grid)
         self.levels = levels or (1 if self.step_error < ON_GRID else 2)
-        self.int4 = Int4Weight.quantize(w, self.levels, first=grid)
+        # torch's int4 matrix where its products run (``decode_rows``), else on first use (:attr:`int4`: without
+        # native bf16 the C step takes the decode steps); the grid is kept (levels as bytes) for the C step to pack
+        self._grid: tuple[Tensor, Tensor, Tensor] | None = (grid[0].to(torch.uint8), grid[1], grid[2])
+        self._int4 = Int4Weight.quantize(w, self.levels, first=grid) if self.decode_rows else None
         # larger products: bf16 where the CPU runs it natively, else the source's own fp32 weight (no copy)
         self.weight16 = w.to(torch.bfloat16) if bf16 else None
         self.bias = None if base.bias is None else base.bias.detach()
         self.lora = source if _lora_source(source) else None
         self._weight, self._version = base.weight, base.weight._version
 
+    @property
+    def int4(self) -> Int4Weight:
+        """The weight as torch's int4 matrix (``levels`` levels), made on first use."""
+        if self._int4 is None:
+            self._int4 = Int4Weight.quantize(self._weight.detach(), self.levels, first=self.grid())
+        return self._int4
+
     def grid(self) -> tuple[Tensor, Tensor, Tensor]:
         """The source weight's first int4 level, :func:`int4_groups` (what the C decode step packs)."""
-        return int4_groups(self._weight.detach())
+        if self._grid is None:
+            return int4_groups(self._weight.detach())
+        q, step, low = self._grid
+        return q.to(torch.int32), step, low
+
+    def drop_grid(self) -> None:
+        """Forget the kept grid (:meth:`grid` computes it again if asked): once what packs it has."""
+        self._grid = None
 
     @property
     def stale(self) -> bool:
@@ -292,23 +312,22 @@ class LeanDecode:
             return None
 
     @staticmethod
-    def _fuse(linears: tuple[QuantLinear, ...]) -> tuple[Int4Weight, list[int]] | None:
-        """The one-level, bias-free ``linears`` as one int4 matrix and each one's width; ``None`` if they are not."""
+    def _fuse(linears: tuple[QuantLinear, ...]) -> _Fused | None:
+        """The one-level, bias-free ``linears`` as one int4 matrix (made on first use) and each one's width; ``None``
+        if they are not."""
         if any(m.levels != 1 or m.bias is not None or m.in_features != linears[0].in_features for m in linears):
             return None
-        return Int4Weight.concat([m.int4 for m in linears]), [m.out_features for m in linears]
+        return _Fused(linears)
 
     @staticmethod
-    def _products(x: Tensor, linears: tuple[QuantLinear, ...], fused: tuple[Int4Weight, list[int]] | None,
-                  ) -> list[Tensor]:
+    def _products(x: Tensor, linears: tuple[QuantLinear, ...], fused: _Fused | None) -> list[Tensor]:
         """Each of ``linears`` applied to the rows ``x`` (B x 1 x in): one fused kernel call when there is one, then
         each projection's LoRA term on its slice, as :meth:`QuantLinear.forward` would give it."""
         x2 = x.reshape(-1, x.shape[-1])
         if fused is None or x2.shape[0] > linears[0].decode_rows:
             return [m.forward(x) for m in linears]
-        weight, widths = fused
         return [m.add_lora(y, x2).reshape(*x.shape[:-1], -1)
-                for m, y in zip(linears, weight.matmul(x2).split(widths, dim=-1))]
+                for m, y in zip(linears, fused.weight.matmul(x2).split(fused.widths, dim=-1))]
 
     @staticmethod
     def _norm(norm: nn.Module, h: Tensor) -> Tensor:  # LlamaRMSNorm.forward on fp32 activations
@@ -337,6 +356,17 @@ class LeanDecode:
             gate, up = self._products(self._norm(norm2, h), linears[4:6], gate_up)
             h = h + linears[6].forward(act(gate) * up)
         return past, self.model.lm_head(self._norm(inner.norm, h))[:, -1, :]
+
+
+class _Fused:
+    """One-level projections side by side as one int4 matrix (:meth:`Int4Weight.concat`), made on first use."""
+
+    def __init__(self, linears: tuple[QuantLinear, ...]):
+        self.linears, self.widths = linears, [m.out_features for m in linears]
+
+    @functools.cached_property
+    def weight(self) -> Int4Weight:
+        return Int4Weight.concat([m.int4 for m in self.linears])
 
 
 def quant_layers(model: nn.Module) -> list[QuantLinear]:
@@ -406,6 +436,8 @@ class QuantBackend(HFBackend):
         self.layers = quant_layers(qmodel)
         self.lean = LeanDecode.build(qmodel) if lean else None
         self.native = NativeDecode.build(self.lean) if native and self.lean is not None else None
+        for m in self.layers:  # the C step has packed the grids it needs
+            m.drop_grid()
         self.native_why = ("" if self.native is not None else "not asked for" if not native
                            else "no lean step (not a Llama)" if self.lean is None else NativeDecode.why_not)
         self.prefill_bf16 = cpu_has_bf16()
@@ -492,7 +524,7 @@ class QuantBackend(HFBackend):
     def _share_prefix(self, prompts: list[list[int]]) -> None:
         """Prefill the longest prefix that the batch's distinct new prompts share (and that no kept cache already
         covers) once, keeping it as the pinned cache entry that each prompt's prefill then starts from, and the
-        next waves' new prompts too (until another batch shares another prefix)."""
+        later calls' new prompts too (until another batch shares another prefix)."""
         if not self.prefix_cache:
             return
         uniq = [p for p in {tuple(p): None for p in prompts} if self._lookup(list(p)) is None]  # new prompts only
