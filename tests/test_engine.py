@@ -206,17 +206,29 @@ class Keeps(ScriptedBackend):
         return self.kept
 
 
-def test_more_sequences_than_the_cache_keeps_run_in_waves(tokenizer):
-    """Each wave runs all its turns before the next starts; whole groups where a group fits; one wave when all fit
-    or the backend keeps nothing."""
+def test_more_sequences_than_the_cache_keeps_take_turns_for_its_slots(tokenizer):
+    """At most as many trajectories generate at once as the backend keeps caches for; one that finishes gives its
+    place to the next waiting one before the next call (not after its whole wave); all at once when all fit or the
+    backend keeps nothing."""
     ex5 = [Example(f"q{i}", f"Who founded Mill {i}?", ["Ada Quist"]) for i in range(5)]
     be = Keeps(tokenizer, TWO_TURNS, kept=2)
     trajs = rollout(ex5, get_protocol("search_r1"), toolbox(), be, RolloutConfig(), progress=False)
-    assert [len(c) for c in be.calls] == [2, 2, 2, 2, 1, 1]  # wave 1: turns 1 and 2 of q0, q1; then q2, q3; then q4
+    assert [len(c) for c in be.calls] == [2, 2, 2, 2, 1, 1]  # q0, q1 both turns; then q2, q3; then q4
     assert [t.example_id for t in trajs] == [e.id for e in ex5] and all(t.answer == "Ada Quist" for t in trajs)
-    be = Keeps(tokenizer, TWO_TURNS, kept=4)
-    rollout(EX, get_protocol("search_r1"), toolbox(), be, RolloutConfig(group_size=3), progress=False)
-    assert [len(c) for c in be.calls] == [3, 3, 3, 3]  # 4 kept: one group of 3 a wave, not 4 + 2
+
+    def quick_q0(prompt, turn):  # q0 answers at once, the others search first
+        return TWO_TURNS[1] if "Mill 0?" in prompt else TWO_TURNS[min(turn, 1)]
+
+    be = Keeps(tokenizer, quick_q0, kept=2)
+    trajs = rollout(ex5, get_protocol("search_r1"), toolbox(), be, RolloutConfig(), progress=False)
+    asked = [[next(e.id for e in ex5 if e.question in tokenizer.decode(p)) for p in c] for c in be.calls]
+    # q0's place goes to q2 in the second call, beside q1's second turn
+    assert asked == [["q0", "q1"], ["q1", "q2"], ["q2", "q3"], ["q3", "q4"], ["q4"]], asked
+    assert [len(t.turns) for t in trajs] == [1, 3, 3, 3, 3] and all(t.answer == "Ada Quist" for t in trajs)
+    be = Keeps(tokenizer, TWO_TURNS, kept=1)
+    trajs = rollout(ex5[:2], get_protocol("search_r1"), toolbox(), be, RolloutConfig(max_turns=1), progress=False)
+    assert [len(c) for c in be.calls] == [1, 1]  # the turn limit frees a place too
+    assert [t.finish_reason for t in trajs] == ["max_turns", "max_turns"]
     for kept in (None, 6):
         be = Keeps(tokenizer, TWO_TURNS, kept=kept)
         rollout(EX, get_protocol("search_r1"), toolbox(), be, RolloutConfig(group_size=3), progress=False)

@@ -243,10 +243,10 @@ def test_buffered_cache_layer_grows_and_selects_rows():
     assert torch.equal(group.keys, k[:1].expand(3, -1, -1, -1)) and group._k.shape[2] == 6
 
 
-def test_waves_keep_each_rows_cache_for_its_next_turn(tiny_model):
-    """Six three-turn trajectories on a random-init model, with a kept-cache budget for about two of them: in waves
-    (the engine's default) later turns prefill only what they add; as one batch the earliest rows' caches are pushed
-    out before their next turn and their whole context is prefilled again."""
+def test_slots_keep_each_rows_cache_for_its_next_turn(tiny_model):
+    """Six three-turn trajectories on a random-init model, with a kept-cache budget for about two of them: two at a
+    time (the engine's slots) later turns prefill only what they add; as one batch the earliest rows' caches are
+    pushed out before their next turn and their whole context is prefilled again."""
     from workbench.core.models import load_policy
     from workbench.core.types import Hit
     from workbench.data.example import Example
@@ -265,7 +265,7 @@ def test_waves_keep_each_rows_cache_for_its_next_turn(tiny_model):
         per_row = backend.kv_bytes_per_token * (len(tok.encode(examples[0].question)) + 600)
         backend.cache_bytes = 2 * per_row
         if not waves:
-            backend.rows_kept = lambda tokens: None  # one batch of all six, as before waves
+            backend.rows_kept = lambda tokens: None  # one batch of all six
         trajs = engine.rollout(examples, get_protocol("search_r1"), tools, backend, cfg, progress=False)
         assert len(trajs) == 6 and all(len(t.turns) >= 3 for t in trajs)
         prefilled[waves] = backend.stats["prefill_tokens"]

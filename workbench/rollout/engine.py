@@ -3,8 +3,8 @@
 For each example the engine builds the prompt ids once (chat template), then loops:
 generate until a stop string / EOS / token limit -> parse the turn into an action ->
 run the tool -> encode the observation once and append its ids -> continue. All active
-sequences of all groups are generated together in one batched ``generate`` call per turn (in waves, each all its
-turns before the next, where the backend's kept key/value caches cannot hold them all: :func:`rollout_waves`).
+sequences of all groups are generated together in one batched ``generate`` call per turn (at most as many at once as
+the backend's kept key/value caches hold, :func:`rollout_slots`; a finished one's place goes to the next waiting).
 
 What the trajectory keeps is exactly what was sampled: the policy turn ids and logprobs
 come from the backend untouched; observation ids come from encoding the observation text
@@ -15,6 +15,7 @@ attention mask is untouched (observations stay visible to the model).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -143,42 +144,50 @@ def rollout(
     bar = tqdm(total=len(states), desc=f"rollout {label}", unit="traj", disable=not progress, leave=False)
     bar.update(sum(s.done for s in states))
     gen_tokens, gen_seconds = 0, 0.0
-    waves = rollout_waves(backend, cfg, states)
-    for wave_idx, wave in enumerate(waves):
-        for turn_idx in range(cfg.max_turns):
-            active = [s for s in wave if not s.done]
-            if not active:
-                break
-            limits = [min(cfg.max_new_tokens, cfg.max_total_tokens - s.length) for s in active]
-            params = SamplingParams(
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                stop=tuple(protocol.stop),
-                seed=None if cfg.seed is None else cfg.seed * 1009 + turn_idx + WAVE_SEED * wave_idx,
-            )
-            bar.set_postfix_str((f"wave {wave_idx + 1}/{len(waves)}, " if len(waves) > 1 else "")
-                                + f"turn {turn_idx + 1}/{cfg.max_turns}, {len(active)} generating"
-                                + (f", {gen_tokens / gen_seconds:.0f} tok/s" if gen_seconds > 0 else ""))
-            t0 = time.perf_counter()
-            try:
-                gens = backend.generate([s.all_ids() for s in active], params, limits)
-            except Exception as e:  # a backend failure ends these trajectories, recorded, not raised
-                gens = [Generation([], [], ERROR, error=f"{type(e).__name__}: {e}") for _ in active]
-            elapsed = time.perf_counter() - t0
-            # a turn's latency is its own sequence's time (the backend's meta["seconds"]: until it finished), not a
-            # share of the batch; a backend that does not time sequences gives the call's wall time, which each waited
-            gen_tokens, gen_seconds = gen_tokens + sum(len(g.token_ids) for g in gens), gen_seconds + elapsed
-            last_turn = turn_idx == cfg.max_turns - 1
-            for s, g in zip(active, gens):
-                seen = len(s.traj.turns)
-                step_trajectory(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn,
-                                on_turn)
-                if on_turn is not None and len(s.traj.turns) > seen + 1:  # the observation, after its tool answered
-                    on_turn(s.traj, s.traj.turns[-1])
-                if s.done:
-                    bar.update(1)
-    bar.update(sum(not s.done for s in states))
+    # at most `slots` trajectories generate at once; one that finishes gives its place to the next waiting one
+    # before the next call, so the calls stay full instead of emptying as their rows answer
+    slots = rollout_slots(backend, cfg, states)
+    waiting = deque(s for s in states if not s.done)
+    active: list[_State] = []
+    turns: dict[int, int] = {}  # id(state) -> policy turns it has taken
+    call_idx = 0
+    while waiting or active:
+        while waiting and (slots is None or len(active) < slots):
+            active.append(waiting.popleft())
+            turns[id(active[-1])] = 0
+        limits = [min(cfg.max_new_tokens, cfg.max_total_tokens - s.length) for s in active]
+        params = SamplingParams(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop=tuple(protocol.stop),
+            seed=None if cfg.seed is None else cfg.seed * 1009 + call_idx,
+        )
+        bar.set_postfix_str((f"{len(waiting)} waiting, " if waiting else "")
+                            + f"call {call_idx + 1}, {len(active)} generating"
+                            + (f", {gen_tokens / gen_seconds:.0f} tok/s" if gen_seconds > 0 else ""))
+        t0 = time.perf_counter()
+        try:
+            gens = backend.generate([s.all_ids() for s in active], params, limits)
+        except Exception as e:  # a backend failure ends these trajectories, recorded, not raised
+            gens = [Generation([], [], ERROR, error=f"{type(e).__name__}: {e}") for _ in active]
+        elapsed = time.perf_counter() - t0
+        # a turn's latency is its own sequence's time (the backend's meta["seconds"]: until it finished), not a
+        # share of the batch; a backend that does not time sequences gives the call's wall time, which each waited
+        gen_tokens, gen_seconds = gen_tokens + sum(len(g.token_ids) for g in gens), gen_seconds + elapsed
+        for s, g in zip(active, gens):
+            seen = len(s.traj.turns)
+            last_turn = turns[id(s)] == cfg.max_turns - 1
+            step_trajectory(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn,
+                            on_turn)
+            turns[id(s)] += 1
+            if on_turn is not None and len(s.traj.turns) > seen + 1:  # the observation, after its tool answered
+                on_turn(s.traj, s.traj.turns[-1])
+            if s.done or turns[id(s)] == cfg.max_turns:
+                bar.update(1)
+        active = [s for s in active if not s.done and turns[id(s)] < cfg.max_turns]
+        call_idx += 1
+    bar.set_postfix_str("")
     if gen_seconds > 0:
         bar.set_postfix_str(f"{gen_tokens} tokens, {gen_tokens / gen_seconds:.0f} tok/s")
     bar.close()
@@ -186,28 +195,23 @@ def rollout(
     return [close_trajectory(s, protocol) for s in states]
 
 
-#: Seed offset between waves: each wave's turns draw from their own generators (one wave: the seeds as before).
-WAVE_SEED = 7919
-#: Tokens a turn's observation is expected to add when sizing waves (three world passages are ~200 tokens; a longer
+#: Tokens a turn's observation is expected to add when sizing the slots (three world passages are ~200 tokens; a longer
 #: one only means a cache pushed out early, which costs its prefill again, not a failure).
 OBS_TOKENS = 256
 
 
-def rollout_waves(backend: Backend, cfg: RolloutConfig, states: list[Any]) -> list[list[Any]]:
-    """The trajectories in waves that each run all their turns before the next wave starts: as many as the backend
-    keeps the key/value caches of (``Backend.rows_kept``) at the length a trajectory is expected to reach (its prompt
-    plus, each turn, ``max_new_tokens`` and :data:`OBS_TOKENS`, at most ``max_total_tokens``), whole groups where a
-    group fits. With more sequences than its cache holds, one turn-by-turn batch of all of them would push the
-    earliest rows' caches out before their next turn, and each of those turns would prefill its whole context again
-    (the 24- and 89-question evals on a CPU: over half their prefill; ``bench/RESULTS.md``, "Waves"). One wave when
-    all fit, or when the backend keeps no caches or bounds them itself."""
+def rollout_slots(backend: Backend, cfg: RolloutConfig, states: list[Any]) -> int | None:
+    """How many trajectories may generate at once (``None``: all): as many as the backend keeps the key/value caches
+    of (``Backend.rows_kept``) at the length a trajectory is expected to reach (its prompt plus, each turn,
+    ``max_new_tokens`` and :data:`OBS_TOKENS`, at most ``max_total_tokens``). With more sequences than its cache
+    holds, one turn-by-turn batch of all of them would push the earliest rows' caches out before their next turn, and
+    each of those turns would prefill its whole context again (the 24- and 89-question evals on a CPU: over half their
+    prefill; ``bench/RESULTS.md``, "Waves"). ``None`` when all fit, or when the backend keeps no caches or bounds them
+    itself."""
     longest = max((s.length for s in states), default=0)
     expected = min(cfg.max_total_tokens, longest + cfg.max_turns * (cfg.max_new_tokens + OBS_TOKENS))
     kept = backend.rows_kept(expected)
-    if kept is None or len(states) <= kept:
-        return [states]
-    size = kept // cfg.group_size * cfg.group_size if kept >= cfg.group_size else kept
-    return [states[i:i + size] for i in range(0, len(states), size)]
+    return None if kept is None or len(states) <= kept else kept
 
 
 # The three steps of one trajectory, shared by ``rollout`` (all sequences batched per turn) and the verl agent loop

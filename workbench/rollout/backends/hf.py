@@ -125,7 +125,7 @@ class HFBackend(Backend):
         self._store: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self._store_bytes = 0
         # a prefix that many prompts share (a method's system prompt and demonstrations), kept while rows extend it:
-        # the rollout engine's waves each start from it instead of prefilling it again (``_save(pin=True)``)
+        # the rollout engine's later calls start their new rows from it instead of prefilling it again (``_save(pin=True)``)
         self._pinned: tuple[int, ...] | None = None
         self._store_adapters: tuple[Any, ...] | None = None  # how the LoRA layers applied when the store was filled
         self._keeps_logits: bool | None = None
