@@ -507,3 +507,19 @@ def test_the_shipped_deep_hop_oversampling_figures_are_what_results_quotes():
         assert c.b.label.startswith("oversampled deep SFT") and sum(len(s) for s in c.b.seeds) == 180
         for hops in ("all", "1", "3", "4"):
             assert _cell(root / f"{other}_vs_over", hops) in results, (other, hops)
+
+
+def test_the_two_seeds_of_oversampling_against_the_shipped_adapter_are_what_results_quotes():
+    """The oversampling lever's two seeds, each and pooled over seeds, against the shipped adapter at the same 6 x 96
+    budget, and seed 1 against seed 0: the paired differences RESULTS quotes, recomputed from the shipped files."""
+    _, results = _shipped_texts()
+    root = BENCH.parent / "data" / "results" / "deep_over"
+    seeds = {"shipped96_vs_over0": 1, "shipped96_vs_over1": 1, "shipped96_vs_over_seeds": 2, "over0_vs_over1": 1}
+    for name, n_seeds in seeds.items():
+        c = paired.Comparison.load(root / name / "comparison.json")
+        assert len(c.b.seeds) == n_seeds and all(len(s) == 180 for s in c.b.seeds), name
+        assert c.a.label == ("oversampled deep SFT, seed 0" if name.startswith("over0") else
+                             "shipped search_r1-sft-grpo (6 x 96 tokens)")
+        for hops in ("all", "1", "2", "3", "4"):
+            if name != "over0_vs_over1" or hops != "1":  # RESULTS quotes seed 1 - seed 0 without its one-hop cell
+                assert _cell(root / name, hops) in results, (name, hops)
