@@ -149,12 +149,10 @@ def rollout(
     slots = rollout_slots(backend, cfg, states)
     waiting = deque(s for s in states if not s.done)
     active: list[_State] = []
-    turns: dict[int, int] = {}  # id(state) -> policy turns it has taken
     call_idx = 0
     while waiting or active:
         while waiting and (slots is None or len(active) < slots):
             active.append(waiting.popleft())
-            turns[id(active[-1])] = 0
         limits = [min(cfg.max_new_tokens, cfg.max_total_tokens - s.length) for s in active]
         params = SamplingParams(
             max_new_tokens=cfg.max_new_tokens,
@@ -177,15 +175,15 @@ def rollout(
         gen_tokens, gen_seconds = gen_tokens + sum(len(g.token_ids) for g in gens), gen_seconds + elapsed
         for s, g in zip(active, gens):
             seen = len(s.traj.turns)
-            last_turn = turns[id(s)] == cfg.max_turns - 1
+            last_turn = len(s.traj.policy_turns) == cfg.max_turns - 1
             step_trajectory(s, g, float(g.meta.get("seconds", elapsed)), protocol, toolbox, tok, eos, cfg, last_turn,
                             on_turn)
-            turns[id(s)] += 1
             if on_turn is not None and len(s.traj.turns) > seen + 1:  # the observation, after its tool answered
                 on_turn(s.traj, s.traj.turns[-1])
-            if s.done or turns[id(s)] == cfg.max_turns:
+            if s.done or last_turn:
                 bar.update(1)
-        active = [s for s in active if not s.done and turns[id(s)] < cfg.max_turns]
+        # a generation that does not finish its trajectory appends one policy turn: the turn limit counts them
+        active = [s for s in active if not s.done and len(s.traj.policy_turns) < cfg.max_turns]
         call_idx += 1
     bar.set_postfix_str("")
     if gen_seconds > 0:
