@@ -62,12 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
                 times.append(time.perf_counter() - t)
                 token = logits.argmax(-1)
             out[rows] = statistics.median(times)
-    n = len(out)
-    xs, ys = list(out), list(out.values())
-    mx, my = sum(xs) / n, sum(ys) / n
-    var = sum((x - mx) ** 2 for x in xs)
-    per_row = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else float("nan")
-    shared = my - per_row * mx
+    per_row, shared = (statistics.linear_regression(list(out), list(out.values())) if len(out) > 1
+                       else (float("nan"), float("nan")))
     print(f"{platform.processor() or platform.machine()}, {args.threads} thread(s); {backend.describe()}")
     print("| rows | ms a step | ms a row |\n|---:|---:|---:|")
     for rows, s in out.items():
