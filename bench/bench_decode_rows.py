@@ -7,13 +7,21 @@ up to 8 rows) over the shipped adapter, after a prefill of the first dev questio
 count: the median of ``--steps`` consecutive steps. The fit ``time ~ shared + per_row * rows`` says how much fuller
 steps (the rollout engine's slots) can save.
 
+With ``--against`` (rows up to 8) it times instead, step by step in turn from the same caches, the C step this
+machine builds and another build: ``exact``, the same file with ``-DWB_EXACT`` (on AVX2 without AVX512-BF16: fp32
+products of bf16-rounded inputs, the kernel before the 16-bit integer one), or a C file (an earlier
+``decode_step.c``: ``git show REV:workbench/rollout/backends/decode_step.c > old.c``) built as this one is; and it
+says how far each one's logits are from the fp32 model's.
+
     .venv/bin/python bench/bench_decode_rows.py                       # rows 1 3 6 8 12 16, 1 thread
     .venv/bin/python bench/bench_decode_rows.py --threads 2 --rows 1 8 --json out.json
+    .venv/bin/python bench/bench_decode_rows.py --against exact --rows 1 3 6 8
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import statistics
@@ -30,9 +38,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--adapter", default="data/adapters/search_r1-sft-grpo", help="LoRA adapter ('' for none)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--against", metavar="exact|FILE.c",
+                    help="time this build in turn with the -DWB_EXACT build or a C file's (rows <= 8)")
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.threads < 1 or not all(1 <= r <= 24 for r in args.rows):
-        ap.error("--steps and --threads must be >= 1 and each of --rows in 1..24")
+    if args.steps < 1 or args.threads < 1 or not all(1 <= r <= (8 if args.against else 24) for r in args.rows):
+        ap.error(f"--steps and --threads must be >= 1 and each of --rows in 1..{8 if args.against else 24}")
+    if args.against and args.against != "exact" and not Path(args.against).is_file():
+        ap.error(f"--against {args.against}: not 'exact' and no such file (write one with git show "
+                 "REV:workbench/rollout/backends/decode_step.c > old.c)")
     torch.set_num_threads(args.threads)
 
     from workbench.core.models import load_policy
@@ -49,6 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
     backend = QuantBackend(model, tok)
     protocol = get_protocol("search_r1", observation_mode="chat")
     prompts = [encode_chat(tok, protocol.messages(ex)) for ex in load_world().split("dev")[: max(args.rows)]]
+    if args.against:
+        return _against(args, model, backend, prompts)
     out = {}
     with torch.inference_mode():
         for rows in args.rows:
@@ -74,6 +89,77 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return result
+
+
+def _other_library(against: str) -> Path:
+    """The -DWB_EXACT build of this decode_step.c, or ``against`` (a C file) built with this machine's flags."""
+    import subprocess
+    import tempfile
+
+    from workbench.rollout.backends import native
+
+    if against == "exact":
+        return native.build(exact=True)
+    cc, _ = native._compiler()
+    out = Path(tempfile.mkdtemp()) / "against.so"
+    subprocess.run([cc, "-O3", "-shared", "-fPIC", "-march=native", "-fopenmp", "-o", str(out), against, "-lm"],
+                   check=True, timeout=300)
+    return out
+
+
+def _against(args, model, backend, prompts) -> dict:
+    """Median step times of this machine's build and another, stepped in turn from copies of the same caches; then
+    each build's largest |logit| gap to the fp32 model at one step, one prompt a row."""
+    import torch.nn.functional as F
+
+    from workbench.rollout.backends import native
+    from workbench.rollout.backends.hf import _preallocate
+
+    if backend.native is None:
+        raise SystemExit(f"no C decode step here: {backend.native_why}")
+    other = "-DWB_EXACT" if args.against == "exact" else Path(args.against).name
+    builds = {"this build": backend.native,
+              other: native.NativeDecode.build(backend.lean, native.load(_other_library(args.against)))}
+    for step in builds.values():
+        step.active = step.refresh()
+    out: dict = {"threads": args.threads, "simd": backend.native.lib.wb_simd(), "ms": {}, "gap": {}}
+    with torch.inference_mode():
+        for rows in args.rows:
+            past, attn, pos, logits = backend._prefill(prompts[:rows], [None] * rows)
+            _preallocate(past, None, 4)
+            token, attn, pos = logits.argmax(-1), torch.cat([attn, attn.new_ones((rows, 1))], -1), pos + 1
+            times: dict = {name: [] for name in builds}
+            for _ in range(args.steps):
+                for name, step in builds.items():
+                    cache = copy.deepcopy(past)
+                    t = time.perf_counter()
+                    step(token, attn, pos, cache)
+                    times[name].append(time.perf_counter() - t)
+            out["ms"][rows] = {name: 1000 * statistics.median(v) for name, v in times.items()}
+        gaps: dict = {name: [] for name in builds}
+        for prompt in prompts[: max(args.rows)]:
+            past, attn, pos, logits = backend._prefill([prompt], [None])
+            _preallocate(past, None, 4)
+            token, attn, pos = logits.argmax(-1), torch.cat([attn, attn.new_ones((1, 1))], -1), pos + 1
+            ref = model(input_ids=torch.tensor([prompt + [int(token)]])).logits[0, -1]
+            for name, step in builds.items():
+                got = step(token, attn, pos, copy.deepcopy(past))[1][0]
+                gaps[name].append((float((got - ref).abs().max()),
+                                   float((F.log_softmax(got, -1) - F.log_softmax(ref, -1)).abs().mean())))
+        out["gap"] = {name: {"max_logit_mean": statistics.mean(g[0] for g in v), "max_logit_max": max(g[0] for g in v),
+                             "mean_abs_logprob": statistics.mean(g[1] for g in v), "prompts": len(v)}
+                      for name, v in gaps.items()}
+    print(f"{platform.processor() or platform.machine()}, {args.threads} thread(s), C kernels {out['simd']}; "
+          f"median of {args.steps} steps each, in turn")
+    print(f"| rows | this build ms | {other} ms | ratio |\n|---:|---:|---:|---:|")
+    for rows, ms in out["ms"].items():
+        print(f"| {rows} | {ms['this build']:.1f} | {ms[other]:.1f} | {ms[other] / ms['this build']:.2f}x |")
+    for name, g in out["gap"].items():
+        print(f"{name}: largest |logit| gap to the fp32 model {g['max_logit_mean']:.3f} on average, {g['max_logit_max']:.3f} "
+              f"at most; mean |logprob| gap {g['mean_abs_logprob']:.4f} ({g['prompts']} prompts)")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
 
 
 if __name__ == "__main__":

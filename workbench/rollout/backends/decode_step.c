@@ -11,9 +11,11 @@
  *     the widened bytes each fp32 lane sums one block: even lanes the first, odd lanes the second;
  *   - int8 blocks of 32 inputs, 36 bytes: 32 signed levels, then an fp32 scale d: w = q * d (GGUF's Q8_0 rule).
  * Activations entering a product are rounded to bf16 first, as the int4 engine's torch kernel does; products of bf16
- * values are exact in fp32 and sums are fp32. LoRA terms (fp32 A and B, as peft holds them) are added on the
- * unrounded input. The key/value cache is the backend's own fp32 buffer: this step writes each row's new keys and
- * values at position n and attends to positions 0..n that its mask keeps. */
+ * values are exact in fp32 and sums are fp32 (the AVX2 kernels instead round each block of 32 inputs to 16-bit
+ * integers under one scale, finer than bf16 for all but the block's smallest inputs, see quantize_q16). LoRA terms
+ * (fp32 A and B, as peft holds them) are added on the unrounded input. The key/value cache is the backend's own fp32
+ * buffer: this step writes each row's new keys and values at position n and attends to positions 0..n that its mask
+ * keeps. */
 
 #include <math.h>
 #include <stdint.h>
@@ -23,10 +25,12 @@
 #include <immintrin.h>
 #endif
 /* The vector kernels: int4 products as AVX512-BF16 dot products where the CPU has them; else (any x86-64 since 2013
- * with AVX2 and FMA: AMD Zen, Intel client parts, AVX-512 without bf16) the levels widened to fp32 and multiplied by
- * the rounded inputs with FMA, exact products as well; on ARM64 (every ARMv8-A core: Apple Silicon, Graviton, Ampere)
- * the same widening with NEON's fused multiply-adds, four lanes at a time; else the plain C loops (WB_PORTABLE asks
- * for those on any CPU: the reference the vector kernels are tested against). */
+ * with AVX2 and FMA: AMD Zen, Intel client parts, AVX-512 without bf16) the levels widened to 16-bit integers and
+ * multiplied by 16-bit inputs with vpmaddwd, exact integer sums (WB_EXACT keeps the earlier AVX2 kernel: levels
+ * widened to fp32 and multiplied by the bf16-rounded inputs with FMA, for comparisons); on ARM64 (every ARMv8-A core:
+ * Apple Silicon, Graviton, Ampere) the levels widened to fp32 and NEON's fused multiply-adds, four lanes at a time;
+ * else the plain C loops (WB_PORTABLE asks for those on any CPU: the reference the vector kernels are tested
+ * against). */
 #if !defined(WB_PORTABLE)
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define WB_INT4_512 1
@@ -40,9 +44,12 @@
 #endif
 #endif
 #if defined(WB_AVX2) && !defined(WB_INT4_512)
-#define WB_INT4_AVX2 1 /* int4 products through dot_int4_rows_avx2, which reads prepare()'s xf and xl */
+#define WB_INT4_AVX2 1 /* AVX2 int4 products: dot_int4_rows_q16, or with WB_EXACT dot_int4_rows_avx2 */
 #endif
-#if defined(WB_INT4_AVX2) || defined(WB_NEON)
+#if defined(WB_INT4_AVX2) && !defined(WB_EXACT)
+#define WB_INT4_Q16 1 /* int4 products as integer dot products with 16-bit inputs (quantize_q16, dot_int4_rows_q16) */
+#endif
+#if (defined(WB_INT4_AVX2) && !defined(WB_INT4_Q16)) || defined(WB_NEON)
 #define WB_INT4_F32 1 /* the int4 levels widened to fp32: prepare() fills xf and xl */
 #endif
 
@@ -109,11 +116,43 @@ static inline float bf16_round(float x) {
 typedef struct {
     float *xr, *xs8;
     uint16_t *xb;
-    float *xf, *xl; /* WB_INT4_F32 only: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8 vectors */
+    float *xf, *xl; /* WB_INT4_F32: xb's order as unscaled fp32 (64 a pair), and per pair the 8 lane sums of its 8
+                     * vectors; WB_INT4_Q16: the 16-bit levels and per pair 4 floats (quantize_q16) */
 } wb_input;
+
+#if defined(WB_INT4_Q16)
+/* The inputs of the int4 products as dot_int4_rows_q16 reads them: per block of 32 a scale d = max |x| / 32767 and
+ * the levels round(x / d) as 16-bit integers in xb's order (int16 at xf, 64 a pair: the inputs met by the low nibbles,
+ * then those met by the high ones), and per pair in xl each block's d and its exact input sum / 4 (4 floats). The
+ * levels are within d / 2 = max |x| / 65534 of the unrounded input: finer than bf16's rounding (|x| / 512) for every
+ * input above 1/128 of its block's largest. */
+static void quantize_q16(const float *x, int64_t k, const wb_input *in) {
+    for (int64_t p = 0; p < k / (2 * BLOCK); p++) {
+        const float *a = x + 2 * p * BLOCK, *b = a + BLOCK;
+        float ma = 0.f, mb = 0.f, ta = 0.f, tb = 0.f;
+        for (int j = 0; j < BLOCK; j++) {
+            ma = fmaxf(ma, fabsf(a[j])), mb = fmaxf(mb, fabsf(b[j]));
+            ta += a[j], tb += b[j];
+        }
+        const float ua = ma > 0.f ? 32767.f / ma : 0.f, ub = mb > 0.f ? 32767.f / mb : 0.f;
+        int16_t *q = (int16_t *)in->xf + p * 64;
+        for (int half = 0; half < 2; half++)     /* as prepare's xb: words 4k, 4k+1 block a; 4k+2, 4k+3 block b */
+            for (int k4 = 0; k4 < 8; k4++)
+                for (int e = 0; e < 2; e++) {
+                    q[half * 32 + 4 * k4 + e] = (int16_t)lrintf(a[half * 16 + 2 * k4 + e] * ua);
+                    q[half * 32 + 4 * k4 + 2 + e] = (int16_t)lrintf(b[half * 16 + 2 * k4 + e] * ub);
+                }
+        float *d = in->xl + p * 4;
+        d[0] = ma / 32767.f, d[1] = mb / 32767.f, d[2] = ta / 4.f, d[3] = tb / 4.f;
+    }
+}
+#endif
 
 static void prepare(const float *x, int64_t k, const wb_input *in) {
     for (int64_t i = 0; i < k; i++) in->xr[i] = bf16_round(x[i]);
+#if defined(WB_INT4_Q16)
+    quantize_q16(x, k, in); /* the int8 head reads xr; nothing reads xb and xs8 */
+#else
     for (int64_t p = 0; p < k / (2 * BLOCK); p++) {
         const float *a = in->xr + 2 * p * BLOCK, *b = a + BLOCK;
         uint16_t *o = in->xb + 2 * p * BLOCK;
@@ -143,6 +182,7 @@ static void prepare(const float *x, int64_t k, const wb_input *in) {
         }
 #endif
     }
+#endif
 }
 
 #if defined(WB_AVX2)
@@ -193,6 +233,49 @@ static inline __attribute__((always_inline)) void dot_int4_rows_avx2(const uint8
             u = _mm256_fmadd_ps(h3, _mm256_loadu_ps(x + 56), u);
             acc[r] = _mm256_fmadd_ps(_mm256_add_ps(t, u), sv, acc[r]);
             acc[r] = _mm256_fmadd_ps(cv, _mm256_loadu_ps(in[r].xl + p * 8), acc[r]);
+        }
+    }
+    for (int r = 0; r < M; r++) y[r * ystride] = hsum256(acc[r]);
+}
+#endif
+
+#if defined(WB_INT4_Q16)
+/* One weight row of an int4 product against M inputs with AVX2's integer dot products: the pair's 64 levels widened
+ * once to 16-bit words (4 vectors), then per input 4 products of pairs of words summed to 32 bits (vpmaddwd: 16
+ * products an instruction, where an FMA makes 8, and exact) against its 16-bit levels; as the bytes interleave the
+ * two blocks two at a time, the 32-bit lanes alternate: even lanes block a, odd block b. Per block, scale * d *
+ * sum(q xq) + (zero - 8 scale) * sum(x), the last with the exact input sum. */
+static inline __attribute__((always_inline)) void dot_int4_rows_q16(const uint8_t *blk, const wb_input *in,
+                                                                     const int M, int64_t pairs, float *y,
+                                                                     int64_t ystride) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256 acc[MAXROWS];
+    for (int r = 0; r < M; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < pairs; p++) {
+        const uint8_t *b = blk + p * 48;
+        _mm_prefetch((const char *)(b + AHEAD), _MM_HINT_T0);
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)b);
+        const __m256i lo = _mm256_and_si256(raw, low), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        const __m256i w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(lo));
+        const __m256i w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(lo, 1));
+        const __m256i w2 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(hi));
+        const __m256i w3 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(hi, 1));
+        const __m128 s = _mm_castpd_ps(_mm_load_sd((const double *)(b + 32))); /* scale a, scale b */
+        const __m128 zz = _mm_castpd_ps(_mm_load_sd((const double *)(b + 40)));
+        const __m128 c = _mm_fmadd_ps(s, _mm_set1_ps(128.f), zz); /* zero - 8 scale, see pack_int4 */
+        const __m256 sv = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(s)));
+        const __m256 cv = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(c)));
+        for (int r = 0; r < M; r++) {
+            const __m256i *x = (const __m256i *)((const int16_t *)in[r].xf + p * 64);
+            const double *d = (const double *)(in[r].xl + p * 4); /* (d a, d b), (sum a / 4, sum b / 4) */
+            const __m256i t01 = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(x)),
+                                                 _mm256_madd_epi16(w1, _mm256_loadu_si256(x + 1)));
+            const __m256i t23 = _mm256_add_epi32(_mm256_madd_epi16(w2, _mm256_loadu_si256(x + 2)),
+                                                 _mm256_madd_epi16(w3, _mm256_loadu_si256(x + 3)));
+            const __m256i t = _mm256_add_epi32(t01, t23);
+            const __m256 dv = _mm256_mul_ps(sv, _mm256_castpd_ps(_mm256_broadcast_sd(d)));
+            acc[r] = _mm256_fmadd_ps(cv, _mm256_castpd_ps(_mm256_broadcast_sd(d + 1)),
+                                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), dv, acc[r]));
         }
     }
     for (int r = 0; r < M; r++) y[r * ystride] = hsum256(acc[r]);
@@ -278,6 +361,8 @@ static inline void dot_int4(const uint8_t *blk, int64_t row, int rows, const wb_
         }
     }
     for (int r = 0; r < rows; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+#elif defined(WB_INT4_Q16)
+    for (int r = 0; r < rows; r++) dot_int4_rows_q16(blk + r * row, in, 1, pairs, y + r, 1);
 #elif defined(WB_INT4_AVX2)
     for (int r = 0; r < rows; r++) dot_int4_rows_avx2(blk + r * row, in, 1, pairs, y + r, 1);
 #elif defined(WB_NEON)
@@ -373,6 +458,8 @@ static inline __attribute__((always_inline)) void dot_int4_rows(const uint8_t *b
         }
     }
     for (int r = 0; r < M; r++) y[r * ystride] = _mm512_reduce_add_ps(acc[r]);
+#elif defined(WB_INT4_Q16)
+    dot_int4_rows_q16(blk, in, M, pairs, y, ystride);
 #elif defined(WB_INT4_AVX2)
     dot_int4_rows_avx2(blk, in, M, pairs, y, ystride);
 #elif defined(WB_NEON)

@@ -9,19 +9,22 @@ unpacking each weight once for all the rows, and reads and writes the backend's 
 for a step and hands back to the torch path for a larger batch or a prefill.
 
 Its numerics follow the int4 engine's (the same int4 grid, bf16 scales and bf16-rounded activations, fp32 sums, the
-LoRA terms in fp32 on the live peft weights); two things differ, so it is close to the torch step, not bit-equal: the
-order of the sums, and a matrix the torch path holds as two int4 levels (the default GGUF's Q8_0 head) is held here as
-int8 in blocks of 32 with an fp32 scale, GGUF's Q8_0 rule: the head's own grid, nearer the fp32 logits. The rollout's
-logprobs come from these logits, and the trainer's fp32 recompute with its importance correction covers the gap, as
-for the torch int4 path.
+LoRA terms in fp32 on the live peft weights); three things differ, so it is close to the torch step, not bit-equal: the
+order of the sums; on AVX2 without AVX512-BF16 the int4 products' inputs, rounded per block of 32 to 16-bit integers
+under one scale instead of to bf16 (exact integer products, and logits nearer the fp32 model's than with bf16 inputs);
+and a matrix the torch path holds as two int4 levels (the default GGUF's Q8_0 head) is held here as int8 in blocks
+of 32 with an fp32 scale, GGUF's Q8_0 rule: the head's own grid, nearer the fp32 logits. The rollout's logprobs come
+from these logits, and the trainer's fp32 recompute with its importance correction covers the gap, as for the torch
+int4 path.
 
 The library is compiled from ``decode_step.c`` by the system's C compiler (``make setup`` does it once: about 2 s; else the
 first use) into the cache (``$WORKBENCH_CACHE/native``), keyed by the source, the compiler and this CPU's flags, with
-``-march=native``. Its kernels: AVX-512 with bf16 dot products, else AVX2 with FMA (the levels widened to fp32; the
-products as exact, so the same numbers up to the order of the sums), else on ARM64 the same widening with NEON (tested
-by building for ARM64 with a cross compiler and running the step under qemu; not yet timed on ARM hardware), else plain
-C loops, which are slower than torch: :func:`library` says why when it cannot be built or has only those, and the
-backend then keeps the torch step.
+``-march=native``. Its kernels: AVX-512 with bf16 dot products, else AVX2 with FMA (the levels widened to 16-bit
+words and multiplied by the 16-bit inputs with ``vpmaddwd``; ``build(exact=True)`` keeps the earlier kernel, the levels
+widened to fp32 and multiplied by bf16-rounded inputs, for comparisons), else on ARM64 NEON (the levels widened to
+fp32, bf16-rounded inputs; tested by building for ARM64 with a cross compiler and running the step under qemu; not yet
+timed on ARM hardware), else plain C loops, which are slower than torch: :func:`library` says why when it cannot be
+built or has only those, and the backend then keeps the torch step.
 """
 
 from __future__ import annotations
@@ -91,22 +94,23 @@ def _compiler() -> tuple[str | None, str]:
     return cc, version
 
 
-def library_path(cc_version: str, portable: bool = False) -> Path:
+def library_path(cc_version: str, portable: bool = False, exact: bool = False) -> Path:
     from workbench.util.paths import cache_dir
 
     key = hashlib.sha256(SOURCE.read_bytes() + cc_version.encode() + _cpu_key().encode()).hexdigest()[:16]
-    return cache_dir() / "native" / f"decode-step-{key}{'-portable' if portable else ''}.so"
+    return cache_dir() / "native" / f"decode-step-{key}{'-portable' if portable else ''}{'-exact' if exact else ''}.so"
 
 
-def build(quiet: bool = True, portable: bool = False) -> Path:
-    """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet (``portable``: the plain
-    C loops, ``-DWB_PORTABLE`` without ``-march=native``: a reference for the vector kernels). Raises ``RuntimeError`` naming what
-    failed (no C compiler, a compile error)."""
+def build(quiet: bool = True, portable: bool = False, exact: bool = False) -> Path:
+    """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet (``portable``:
+    the plain C loops, ``-DWB_PORTABLE`` without ``-march=native``: a reference for the vector kernels; ``exact``:
+    ``-DWB_EXACT``, on AVX2 without AVX512-BF16 the fp32 products of bf16-rounded inputs instead of 16-bit integer
+    ones, for comparisons). Raises ``RuntimeError`` naming what failed (no C compiler, a compile error)."""
     cc, version = _compiler()
     if cc is None:
         raise RuntimeError(f"no C compiler ({os.environ.get('CC') or 'cc, gcc or clang'}) to build the C decode "
                            "step: install one (Debian: apt-get install gcc) or set $CC")
-    out = library_path(version, portable)
+    out = library_path(version, portable, exact)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,6 +118,8 @@ def build(quiet: bool = True, portable: bool = False) -> Path:
     # -march=native: this CPU's vector instructions (the library is keyed by its flags); then without, then no OpenMP
     tries = [["-DWB_PORTABLE", "-fopenmp"], ["-DWB_PORTABLE"]] if portable else \
         [["-march=native", "-fopenmp"], ["-fopenmp"], []]
+    if exact:
+        tries = [["-DWB_EXACT", *flags] for flags in tries]
     for flags in tries:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
