@@ -53,7 +53,7 @@
 #define WB_INT4_F32 1 /* the int4 levels widened to fp32: prepare() fills xf and xl */
 #endif
 
-enum { BLOCK = 32, INT4 = 0, INT8 = 1, NPROJ = 7, MAXROWS = 8 };
+enum { BLOCK = 32, INT4 = 0, INT8 = 1, NPROJ = 7, MAXROWS = 8, MAXGROUP = 8 };
 /* Bytes ahead of the row being read that each product asks the cache for: one core's hardware prefetcher alone keeps
  * too few lines in flight (int4 products streamed at 15 GB/s without, 19 GB/s with, near their in-cache speed). */
 #define AHEAD 4096
@@ -660,101 +660,120 @@ static inline __m256 exp256(__m256 x) {
 }
 #endif
 
-/* One query head over the cache: softmax(q k^T * scale, padding masked) v into out (d floats); s: T floats scratch. */
-static void attend(const float *q, const float *k, const float *v, const int64_t *mask, int64_t T, int64_t d,
+/* The query heads q[0..G-1] (d floats each, one after another) that share one key/value head, over its cache:
+ * softmax(q_g k^T * scale, padding masked) v into out + g * d; s: G x T floats scratch. The heads go over the cache
+ * together, a block of keys (then of values) at a time for all of them, so each key and value is read from memory
+ * once for the group (a 1,000-token head's keys and values, 512 KB, do not stay in a core's L2 for the next head). */
+static void attend(const float *q, int G, const float *k, const float *v, const int64_t *mask, int64_t T, int64_t d,
                    float scale, float *s, float *out) {
     int64_t t = 0;
-    float top = -INFINITY, sum = 0.f;
 #ifdef __AVX512F__
     if (d == 64) { /* the default model's head: 16 keys at a time, their 16 dot products summed by one tree */
-        const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
-                     q3 = _mm512_loadu_ps(q + 48);
-        for (; t + 16 <= T; t += 16) {
-            __m512 part[16];
-            for (int i = 0; i < 16; i++) {
-                const float *kt = k + (t + i) * 64;
-                part[i] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(kt + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(kt)));
-                part[i] = _mm512_fmadd_ps(q2, _mm512_loadu_ps(kt + 32), part[i]);
-                part[i] = _mm512_fmadd_ps(q3, _mm512_loadu_ps(kt + 48), part[i]);
+        for (; t + 16 <= T; t += 16)
+            for (int g = 0; g < G; g++) {
+                const float *qg = q + g * 64;
+                const __m512 q0 = _mm512_loadu_ps(qg), q1 = _mm512_loadu_ps(qg + 16), q2 = _mm512_loadu_ps(qg + 32),
+                             q3 = _mm512_loadu_ps(qg + 48);
+                __m512 part[16];
+                for (int i = 0; i < 16; i++) {
+                    const float *kt = k + (t + i) * 64;
+                    part[i] = _mm512_fmadd_ps(q1, _mm512_loadu_ps(kt + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(kt)));
+                    part[i] = _mm512_fmadd_ps(q2, _mm512_loadu_ps(kt + 32), part[i]);
+                    part[i] = _mm512_fmadd_ps(q3, _mm512_loadu_ps(kt + 48), part[i]);
+                }
+                _mm512_storeu_ps(s + g * T + t, _mm512_mul_ps(sums16(part), _mm512_set1_ps(scale)));
             }
-            _mm512_storeu_ps(s + t, _mm512_mul_ps(sums16(part), _mm512_set1_ps(scale)));
-        }
     }
 #elif defined(WB_AVX2)
     if (d == 64) { /* 8 keys at a time, their 8 dot products summed by one tree of horizontal adds */
-        __m256 qv[8];
-        for (int j = 0; j < 8; j++) qv[j] = _mm256_loadu_ps(q + 8 * j);
-        for (; t + 8 <= T; t += 8) {
-            __m256 part[8];
-            for (int i = 0; i < 8; i++) {
-                const float *kt = k + (t + i) * 64;
-                __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt)), b = _mm256_mul_ps(qv[1], _mm256_loadu_ps(kt + 8));
-                for (int j = 2; j < 8; j += 2) {
-                    a = _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(kt + 8 * j), a);
-                    b = _mm256_fmadd_ps(qv[j + 1], _mm256_loadu_ps(kt + 8 * j + 8), b);
+        for (; t + 8 <= T; t += 8)
+            for (int g = 0; g < G; g++) {
+                const float *qg = q + g * 64;
+                __m256 part[8];
+                for (int i = 0; i < 8; i++) {
+                    const float *kt = k + (t + i) * 64;
+                    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(kt));
+                    __m256 b = _mm256_mul_ps(_mm256_loadu_ps(qg + 8), _mm256_loadu_ps(kt + 8));
+                    for (int j = 2; j < 8; j += 2) {
+                        a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * j), _mm256_loadu_ps(kt + 8 * j), a);
+                        b = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * j + 8), _mm256_loadu_ps(kt + 8 * j + 8), b);
+                    }
+                    part[i] = _mm256_add_ps(a, b);
                 }
-                part[i] = _mm256_add_ps(a, b);
+                const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(part[0], part[1]), _mm256_hadd_ps(part[2], part[3]));
+                const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(part[4], part[5]), _mm256_hadd_ps(part[6], part[7]));
+                /* h0 = [keys 0-3, first halves | keys 0-3, second halves], h1 likewise for keys 4-7 */
+                const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
+                                                 _mm256_permute2f128_ps(h0, h1, 0x31));
+                _mm256_storeu_ps(s + g * T + t, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
             }
-            const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(part[0], part[1]), _mm256_hadd_ps(part[2], part[3]));
-            const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(part[4], part[5]), _mm256_hadd_ps(part[6], part[7]));
-            /* h0 = [keys 0-3, first halves | keys 0-3, second halves], h1 likewise for keys 4-7 */
-            const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
-            _mm256_storeu_ps(s + t, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
-        }
     }
 #endif
-    for (; t < T; t++) s[t] = dot_f32(q, k + t * d, d) * scale;
-    for (t = 0; t < T; t++) {
-        if (!mask[t]) s[t] = -INFINITY;
-        else if (s[t] > top) top = s[t];
-    }
-    t = 0;
+    for (int g = 0; g < G; g++)
+        for (int64_t u = t; u < T; u++) s[g * T + u] = dot_f32(q + g * d, k + u * d, d) * scale;
+    float inv[MAXGROUP];
+    for (int g = 0; g < G; g++) { /* softmax over each head's scores, in place (masked positions 0) */
+        float *sg = s + g * T, top = -INFINITY, sum = 0.f;
+        for (int64_t u = 0; u < T; u++) {
+            if (!mask[u]) sg[u] = -INFINITY;
+            else if (sg[u] > top) top = sg[u];
+        }
+        int64_t u = 0;
 #ifdef __AVX512F__
-    {
-        __m512 acc = _mm512_setzero_ps();
-        for (; t + 16 <= T; t += 16) {
-            const __m512 x = _mm512_loadu_ps(s + t);
-            const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
-                                                 exp512(_mm512_sub_ps(x, _mm512_set1_ps(top))));
-            _mm512_storeu_ps(s + t, e);
-            acc = _mm512_add_ps(acc, e);
+        {
+            __m512 acc = _mm512_setzero_ps();
+            for (; u + 16 <= T; u += 16) {
+                const __m512 x = _mm512_loadu_ps(sg + u);
+                const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+                                                     exp512(_mm512_sub_ps(x, _mm512_set1_ps(top))));
+                _mm512_storeu_ps(sg + u, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+            sum = _mm512_reduce_add_ps(acc);
         }
-        sum = _mm512_reduce_add_ps(acc);
-    }
 #elif defined(WB_AVX2)
-    {
-        __m256 acc = _mm256_setzero_ps();
-        for (; t + 8 <= T; t += 8) {
-            const __m256 x = _mm256_loadu_ps(s + t);
-            const __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ),
-                                           exp256(_mm256_sub_ps(x, _mm256_set1_ps(top))));
-            _mm256_storeu_ps(s + t, e);
-            acc = _mm256_add_ps(acc, e);
+        {
+            __m256 acc = _mm256_setzero_ps();
+            for (; u + 8 <= T; u += 8) {
+                const __m256 x = _mm256_loadu_ps(sg + u);
+                const __m256 e = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+                                               exp256(_mm256_sub_ps(x, _mm256_set1_ps(top))));
+                _mm256_storeu_ps(sg + u, e);
+                acc = _mm256_add_ps(acc, e);
+            }
+            sum = hsum256(acc);
         }
-        sum = hsum256(acc);
-    }
 #endif
-    for (; t < T; t++) sum += (s[t] = mask[t] ? expf(s[t] - top) : 0.f);
-    memset(out, 0, sizeof(float) * d);
-    const float inv = 1.f / sum;
+        for (; u < T; u++) sum += (sg[u] = mask[u] ? expf(sg[u] - top) : 0.f);
+        inv[g] = 1.f / sum;
+        memset(out + g * d, 0, sizeof(float) * d);
+    }
+    enum { VBLOCK = 16 }; /* values a head takes in turn before the next head: 4 KB at d = 64, in L1 for all */
+    for (int64_t t0 = 0; t0 < T; t0 += VBLOCK) {
+        const int64_t t1 = t0 + VBLOCK < T ? t0 + VBLOCK : T;
+        for (int g = 0; g < G; g++) {
+            const float *sg = s + g * T;
+            float *og = out + g * d;
 #if defined(WB_AVX2) && !defined(__AVX512F__)
-    if (d == 64) { /* the weighted sum of the values in 8 registers */
-        __m256 o[8];
-        for (int j = 0; j < 8; j++) o[j] = _mm256_setzero_ps();
-        for (t = 0; t < T; t++) {
-            if (s[t] == 0.f) continue;
-            const __m256 pv = _mm256_set1_ps(s[t] * inv);
-            const float *vt = v + t * 64;
-            for (int j = 0; j < 8; j++) o[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vt + 8 * j), o[j]);
-        }
-        for (int j = 0; j < 8; j++) _mm256_storeu_ps(out + 8 * j, o[j]);
-        return;
-    }
+            if (d == 64) { /* the weighted sum of the block's values in 8 registers */
+                __m256 o[8];
+                for (int j = 0; j < 8; j++) o[j] = _mm256_loadu_ps(og + 8 * j);
+                for (int64_t u = t0; u < t1; u++) {
+                    if (sg[u] == 0.f) continue;
+                    const __m256 pv = _mm256_set1_ps(sg[u] * inv[g]);
+                    const float *vt = v + u * 64;
+                    for (int j = 0; j < 8; j++) o[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vt + 8 * j), o[j]);
+                }
+                for (int j = 0; j < 8; j++) _mm256_storeu_ps(og + 8 * j, o[j]);
+                continue;
+            }
 #endif
-    for (t = 0; t < T; t++) {
-        if (s[t] == 0.f) continue;
-        const float p = s[t] * inv, *vt = v + t * d;
-        for (int64_t j = 0; j < d; j++) out[j] += p * vt[j];
+            for (int64_t u = t0; u < t1; u++) {
+                if (sg[u] == 0.f) continue;
+                const float p = sg[u] * inv[g], *vt = v + u * d;
+                for (int64_t j = 0; j < d; j++) og[j] += p * vt[j];
+            }
+        }
     }
 }
 
@@ -789,6 +808,10 @@ int wb_step(const wb_model *m, float *const *kcache, float *const *vcache, int64
     const int M = (int)rows;
     const int64_t H = m->hidden, D = m->head_dim, NQ = m->heads * D, NK = m->kv_heads * D, I = m->inter;
     const int64_t T = n + 1, per_kv = m->heads / m->kv_heads, per_row = m->kv_heads * cap * D;
+    /* query heads that share a kv head go over its cache together, at most MAXGROUP at a time */
+    int64_t groups = 1;
+    while (per_kv / groups > MAXGROUP || per_kv % groups) groups++;
+    const int64_t per_group = per_kv / groups;
     const int64_t big = I > NQ + 2 * NK ? I : NQ + 2 * NK, W = I > H ? (I > NQ ? I : NQ) : (H > NQ ? H : NQ);
     /* per row: h, x | xr, xs8, xb | qkv | gate and up | act | att | cos, sin | LoRA scratch (rank <= 256) | xf, xl */
     const int64_t R = 2 * H + 2 * W + W / BLOCK + 8 + big + 3 * I + NQ + 2 * D + 256 + W + W / 8 + 8;
@@ -831,10 +854,11 @@ int wb_step(const wb_model *m, float *const *kcache, float *const *vcache, int64
             }
         }
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (int64_t ra = 0; ra < rows * m->heads; ra++) {
-            const int64_t r = ra / m->heads, a = ra % m->heads, kv = r * per_row + (a / per_kv) * cap * D;
-            attend(ROW(r, oQKV) + a * D, kcache[l] + kv, vcache[l] + kv, mask + r * T, T, D, m->attn_scale,
-                   scores + ra * T, ROW(r, oATT) + a * D);
+        for (int64_t rg = 0; rg < rows * m->kv_heads * groups; rg++) { /* a row's query heads that share a kv head */
+            const int64_t r = rg / (m->kv_heads * groups), b = rg % (m->kv_heads * groups), h = b / groups;
+            const int64_t a = h * per_kv + (b % groups) * per_group, kv = r * per_row + h * cap * D;
+            attend(ROW(r, oQKV) + a * D, (int)per_group, kcache[l] + kv, vcache[l] + kv, mask + r * T, T, D,
+                   m->attn_scale, scores + (r * m->heads + a) * T, ROW(r, oATT) + a * D);
         }
         for (int r = 0; r < M; r++) prepare(ROW(r, oATT), NQ, &in[r]);
         product(&L->o, in, M, ROW(0, oX), R, threads);
