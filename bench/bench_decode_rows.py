@@ -91,20 +91,13 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def _other_library(against: str) -> Path:
-    """The -DWB_EXACT build of this decode_step.c, or ``against`` (a C file) built with this machine's flags."""
-    import subprocess
-    import tempfile
+def _first_step(backend, prompts: list[list[int]]):
+    """The prompts prefilled, with room for a step, and the inputs of their first decode step (greedy tokens)."""
+    from workbench.rollout.backends.hf import _preallocate
 
-    from workbench.rollout.backends import native
-
-    if against == "exact":
-        return native.build(exact=True)
-    cc, _ = native._compiler()
-    out = Path(tempfile.mkdtemp()) / "against.so"
-    subprocess.run([cc, "-O3", "-shared", "-fPIC", "-march=native", "-fopenmp", "-o", str(out), against, "-lm"],
-                   check=True, timeout=300)
-    return out
+    past, attn, pos, logits = backend._prefill(prompts, [None] * len(prompts))
+    _preallocate(past, None, 4)
+    return past, torch.cat([attn, attn.new_ones((len(prompts), 1))], -1), pos + 1, logits.argmax(-1)
 
 
 def _against(args, model, backend, prompts) -> dict:
@@ -113,21 +106,19 @@ def _against(args, model, backend, prompts) -> dict:
     import torch.nn.functional as F
 
     from workbench.rollout.backends import native
-    from workbench.rollout.backends.hf import _preallocate
 
     if backend.native is None:
         raise SystemExit(f"no C decode step here: {backend.native_why}")
-    other = "-DWB_EXACT" if args.against == "exact" else Path(args.against).name
-    builds = {"this build": backend.native,
-              other: native.NativeDecode.build(backend.lean, native.load(_other_library(args.against)))}
+    exact = args.against == "exact"
+    other = "-DWB_EXACT" if exact else Path(args.against).name
+    library = native.build(exact=True) if exact else native.build(source=Path(args.against).resolve())
+    builds = {"this build": backend.native, other: native.NativeDecode.build(backend.lean, native.load(library))}
     for step in builds.values():
         step.active = step.refresh()
     out: dict = {"threads": args.threads, "simd": backend.native.lib.wb_simd(), "ms": {}, "gap": {}}
     with torch.inference_mode():
         for rows in args.rows:
-            past, attn, pos, logits = backend._prefill(prompts[:rows], [None] * rows)
-            _preallocate(past, None, 4)
-            token, attn, pos = logits.argmax(-1), torch.cat([attn, attn.new_ones((rows, 1))], -1), pos + 1
+            past, attn, pos, token = _first_step(backend, prompts[:rows])
             times: dict = {name: [] for name in builds}
             for _ in range(args.steps):
                 for name, step in builds.items():
@@ -138,9 +129,7 @@ def _against(args, model, backend, prompts) -> dict:
             out["ms"][rows] = {name: 1000 * statistics.median(v) for name, v in times.items()}
         gaps: dict = {name: [] for name in builds}
         for prompt in prompts[: max(args.rows)]:
-            past, attn, pos, logits = backend._prefill([prompt], [None])
-            _preallocate(past, None, 4)
-            token, attn, pos = logits.argmax(-1), torch.cat([attn, attn.new_ones((1, 1))], -1), pos + 1
+            past, attn, pos, token = _first_step(backend, [prompt])
             ref = model(input_ids=torch.tensor([prompt + [int(token)]])).logits[0, -1]
             for name, step in builds.items():
                 got = step(token, attn, pos, copy.deepcopy(past))[1][0]

@@ -94,23 +94,24 @@ def _compiler() -> tuple[str | None, str]:
     return cc, version
 
 
-def library_path(cc_version: str, portable: bool = False, exact: bool = False) -> Path:
+def library_path(cc_version: str, portable: bool = False, exact: bool = False, source: Path = SOURCE) -> Path:
     from workbench.util.paths import cache_dir
 
-    key = hashlib.sha256(SOURCE.read_bytes() + cc_version.encode() + _cpu_key().encode()).hexdigest()[:16]
+    key = hashlib.sha256(source.read_bytes() + cc_version.encode() + _cpu_key().encode()).hexdigest()[:16]
     return cache_dir() / "native" / f"decode-step-{key}{'-portable' if portable else ''}{'-exact' if exact else ''}.so"
 
 
-def build(quiet: bool = True, portable: bool = False, exact: bool = False) -> Path:
+def build(quiet: bool = True, portable: bool = False, exact: bool = False, source: Path = SOURCE) -> Path:
     """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet (``portable``:
     the plain C loops, ``-DWB_PORTABLE`` without ``-march=native``: a reference for the vector kernels; ``exact``:
     ``-DWB_EXACT``, on AVX2 without AVX512-BF16 the fp32 products of bf16-rounded inputs instead of 16-bit integer
-    ones, for comparisons). Raises ``RuntimeError`` naming what failed (no C compiler, a compile error)."""
+    ones, for comparisons; ``source``: another version of the file, e.g. an earlier revision's, to time beside this
+    one). Raises ``RuntimeError`` naming what failed (no C compiler, a compile error)."""
     cc, version = _compiler()
     if cc is None:
         raise RuntimeError(f"no C compiler ({os.environ.get('CC') or 'cc, gcc or clang'}) to build the C decode "
                            "step: install one (Debian: apt-get install gcc) or set $CC")
-    out = library_path(version, portable, exact)
+    out = library_path(version, portable, exact, source)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +124,7 @@ def build(quiet: bool = True, portable: bool = False, exact: bool = False) -> Pa
     for flags in tries:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
-        cmd = [cc, "-O3", "-shared", "-fPIC", *flags, "-o", tmp, str(SOURCE), "-lm"]
+        cmd = [cc, "-O3", "-shared", "-fPIC", *flags, "-o", tmp, str(source), "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as e:
