@@ -15,6 +15,12 @@ their mean, as ``bench/ablate.py`` pairs its arms: the start an RL stage left fr
     .venv/bin/python bench/compare_methods.py SFT_DEV SFT_TEST --a m+lora --b m+lora \
         --b-seed-runs RL0_DEV RL0_TEST --b-seed-runs RL1_DEV RL1_TEST
 
+With ``--a-seed-runs`` as well (instead of A's positional runs) both sides are seeds, each question's value on a
+side its mean over that side's seeds: two levers, or a lever against its control, each trained with its own seeds.
+
+    .venv/bin/python bench/compare_methods.py --a m+lora --b m+lora --a-seed-runs C0_DEV C0_TEST \
+        --a-seed-runs C1_DEV C1_TEST --b-seed-runs L0_DEV L0_TEST --b-seed-runs L1_DEV L1_TEST
+
 ``--metric`` is a column of the runs' trajectories (``cem``, ``f1``, ``n_searches``...), of their
 ``features.parquet`` (``recall`` of the gold passages...), or ``redundant`` (searched more often than the question has
 hops) / ``extra_searches``, or ``world_leak`` (on real questions: the answer names an entity of the synthetic world
@@ -55,7 +61,6 @@ from workbench.eval.paired import (
     mean_interval,
     paired_interval,
     paired_rows,
-    pooled_scores,
     proportion_interval,
     side_scores,
     wilson,
@@ -66,7 +71,7 @@ __all__ = ["main", "mean_interval", "paired_interval", "proportion_interval", "w
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", nargs="+", help="eval run(s) method A is read from (pooled)")
+    ap.add_argument("run_dir", nargs="*", help="eval run(s) method A is read from (pooled)")
     ap.add_argument("--a", default="search_r1")
     ap.add_argument("--b", default="search_r1+lora")
     ap.add_argument("--a-label", default=None, help="what side A is called in the table and the saved comparison "
@@ -81,6 +86,9 @@ def main() -> None:
     ap.add_argument("--b-seed-runs", default=None, nargs="+", action="append", metavar="RUN",
                     help="one training seed's eval run(s) of method B (pooled), instead of --b-run; repeat the flag "
                          "once per seed: B is then each question's mean over the seeds, as bench/ablate.py pairs arms")
+    ap.add_argument("--a-seed-runs", default=None, nargs="+", action="append", metavar="RUN",
+                    help="one training seed's eval run(s) of method A (pooled), instead of the positional runs; "
+                         "repeat the flag once per seed: A is then each question's mean over its seeds")
     ap.add_argument("--save", default=None, metavar="PATH",
                     help="also write the comparison as JSON (a folder gets comparison.json) for notebook 05")
     ap.add_argument("--name", default=None, help="the saved comparison's name (default: B vs A)")
@@ -92,6 +100,13 @@ def main() -> None:
         raise SystemExit("compare_methods: --save stores a metric comparison; drop --reward or --save")
     if args.b_run and args.b_seed_runs:
         raise SystemExit("compare_methods: --b-run and --b-seed-runs both name B's runs; give one of them")
+    if bool(args.run_dir) == bool(args.a_seed_runs):
+        raise SystemExit("compare_methods: name A's eval runs once: as positional runs (one seed) or with "
+                         "--a-seed-runs (repeated, one per seed)")
+    if args.a_seed_runs and not (args.b_run or args.b_seed_runs):
+        raise SystemExit("compare_methods: with --a-seed-runs, name B's runs with --b-run or --b-seed-runs")
+    a_seeds = args.a_seed_runs or [args.run_dir]
+    args.run_dir = [r for runs in a_seeds for r in runs]  # every run of A, for the saved comparison's provenance
     b_seeds = args.b_seed_runs or [args.b_run or args.run_dir]
 
     rubric = None
@@ -107,7 +122,7 @@ def main() -> None:
         args.metric = f"reward {args.reward}"
 
     try:
-        a = pooled_scores(args.run_dir, args.a, args.metric, rubric)
+        a, a_per_seed = side_scores(a_seeds, args.a, args.metric, rubric)  # one seed: its runs pooled
         b, per_seed = side_scores(b_seeds, args.b, args.metric, rubric)  # the mean over seeds, as ablate.py's arms
         a, b, unscored = align(a, b)  # nothing is unscored in a metric comparison, the only kind --save stores
     except CompareError as e:
@@ -118,12 +133,13 @@ def main() -> None:
     args.a_label, args.b_label = args.a_label or args.a, args.b_label or args.b
     print(markdown(paired_rows(a, b, proportion=not args.reward), args.a_label, args.b_label, args.metric))
     if args.save:
-        save(args, a, b_seeds, per_seed)
+        save(args, a_seeds, a_per_seed, b_seeds, per_seed)
 
 
-def save(args: argparse.Namespace, a: Any, b_seeds: list[list[str]], per_seed: list[Any]) -> None:
-    """The comparison of the per-question table ``a`` and B's per-seed tables read above as ``comparison.json``
-    (``workbench.eval.paired.Comparison``: A one seed, B one or more) with its re-run command."""
+def save(args: argparse.Namespace, a_seeds: list[list[str]], a_per_seed: list[Any], b_seeds: list[list[str]],
+         per_seed: list[Any]) -> None:
+    """Both sides' per-seed tables read above as ``comparison.json`` (``workbench.eval.paired.Comparison``: each
+    side one seed or more) with its re-run command."""
 
     path = Path(args.save)
     if path.suffix != ".json":
@@ -148,7 +164,7 @@ def save(args: argparse.Namespace, a: Any, b_seeds: list[list[str]], per_seed: l
                                           "seed": cfg.get("seed"), "adapter": ev.get("adapter"),
                                           "rollout_engine": cfg.get("rollout_engine")}.items() if v is not None}
     c = Comparison(args.name or f"{args.b_label} vs {args.a_label}", args.metric,
-                   Side(args.a_label, args.a, [list(args.run_dir)]).store([a]),
+                   Side(args.a_label, args.a, [list(runs) for runs in a_seeds]).store(a_per_seed),
                    Side(args.b_label, args.b, [list(runs) for runs in b_seeds]).store(per_seed), question=args.question,
                    command=" && ".join(x for x in (args.runs_command, cmd) if x),
                    provenance={"machine": f"{os.cpu_count()} cores", "runs": runs})

@@ -161,6 +161,33 @@ def test_compare_methods_takes_b_as_the_mean_over_seeds(tmp_path, monkeypatch, c
         cm.main()
 
 
+def test_compare_methods_pairs_two_sides_of_seeds(tmp_path, monkeypatch, capsys):
+    """A lever against its control, each with two seeds: each side's question value is its mean over its seeds, and
+    the saved comparison keeps both sides' seeds; naming A twice, or A's seeds without B's runs, is a one-line error."""
+    from workbench.eval import paired
+
+    cm = _load("compare_methods")
+    c0 = _eval_run(tmp_path / "c0", "m", {"q1": 0.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})
+    c1 = _eval_run(tmp_path / "c1", "m", {"q1": 1.0, "q2": 1.0, "q3": 0.0, "q4": 0.0})
+    l0 = _eval_run(tmp_path / "l0", "m", {"q1": 1.0, "q2": 1.0, "q3": 1.0, "q4": 0.0})
+    l1 = _eval_run(tmp_path / "l1", "m", {"q1": 1.0, "q2": 1.0, "q3": 1.0, "q4": 1.0})
+    monkeypatch.setattr(sys, "argv", ["cm", "--a", "m", "--b", "m", "--a-seed-runs", str(c0), "--a-seed-runs", str(c1),
+                                      "--b-seed-runs", str(l0), "--b-seed-runs", str(l1), "--save", str(tmp_path / "r")])
+    cm.main()
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| all")]
+    assert rows and "| 0.375 " in rows[0] and "| 0.875 " in rows[0] and "+0.500" in rows[0]  # 1.5 / 4 and 3.5 / 4
+    c = paired.Comparison.load(tmp_path / "r" / "comparison.json")
+    assert c.a.runs == [[str(c0)], [str(c1)]] and c.b.runs == [[str(l0)], [str(l1)]]
+    assert list(c.seed_table()["mean"]) == [0.25, 0.5, 0.75, 1.0]  # A's two seeds, then B's
+    assert set(c.provenance["runs"]) == {str(c0), str(c1), str(l0), str(l1)}
+    for argv, msg in ((["cm", str(c0), "--a-seed-runs", str(c1), "--b-run", str(l0)], "name A's eval runs once"),
+                      (["cm", "--b-run", str(l0)], "name A's eval runs once"),
+                      (["cm", "--a-seed-runs", str(c0), "--a-seed-runs", str(c1)], "with --a-seed-runs, name B's")):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit, match=msg):
+            cm.main()
+
+
 def test_ship_adapter_casts_to_bf16_and_names_both_stages(tmp_path, monkeypatch):
     import torch
     from safetensors.torch import load_file, save_file
