@@ -523,3 +523,19 @@ def test_the_two_seeds_of_oversampling_against_the_shipped_adapter_are_what_resu
         for hops in ("all", "1", "2", "3", "4"):
             if name != "over0_vs_over1" or hops != "1":  # RESULTS quotes seed 1 - seed 0 without its one-hop cell
                 assert _cell(root / name, hops) in results, (name, hops)
+
+
+def test_the_outline_lever_against_its_control_is_what_results_quotes():
+    """The outline traces (two seeds) against the shipped adapter and against the oversampling runs without the outline
+    (two seeds a side), and seed 1 against seed 0: the paired differences RESULTS quotes, from the shipped files."""
+    readme, results = _shipped_texts()
+    root = BENCH.parent / "data" / "results" / "deep_outover"
+    c = paired.Comparison.load(root / "over_seeds_vs_outover_seeds" / "comparison.json")
+    assert len(c.a.seeds) == len(c.b.seeds) == 2 and all(len(s) == 180 for s in c.a.seeds + c.b.seeds)
+    assert c.a.label.startswith("oversampled SFT (no outline)") and c.b.label.startswith("outline + oversampled SFT")
+    quoted = {"over_seeds_vs_outover_seeds": ("all", "1", "2", "3", "4"), "shipped96_vs_outover_seeds": ("all", "1", "2", "3", "4"),
+              "outover0_vs_outover1": ("all", "1", "2", "3")}
+    for name, levels in quoted.items():
+        for hops in levels:
+            assert _cell(root / name, hops) in results, (name, hops)
+    assert f"writing the plan out costs {_cell(root / 'over_seeds_vs_outover_seeds')[:6]}" in readme
