@@ -50,7 +50,8 @@ def stage_args(args: argparse.Namespace) -> dict[str, list[str]]:
                str(args.max_total_tokens)]
     repeats = ["--hop-repeats", args.hop_repeats] if args.hop_repeats else []
     return {
-        "expert": ["--method", "search_r1", "--split", "train", "--hops", "1,2,3,4", *(["--outline"] if args.outline else [])],
+        "expert": ["--method", "search_r1", "--split", "train", "--hops", "1,2,3,4", *(["--outline"] if args.outline else []),
+                   *(["--residual"] if args.residual else [])],
         "sft": ["--method", "search_r1", "--trace-hops", "[1,2,3,4]", "--steps", str(args.sft_steps), "--batch-size", "4",
                 "--micro-batch-size", "2", "--lr", "4e-4", "--eval-limit", "0", *budgets, "--save-every", "30",
                 "--seed", str(args.seed), "--threads", "2", *repeats],
@@ -147,12 +148,16 @@ def main(argv: list[str] | None = None) -> None:
                     "(the longest 4-hop expert trace has 1,591)")
     ap.add_argument("--outline", action="store_true", help="expert traces that write the plan out and count the "
                     "steps (workbench expert --outline); use another --out")
+    ap.add_argument("--residual", action="store_true", help="expert traces that write the question left after each "
+                    "hop (workbench expert --residual); use another --out")
     ap.add_argument("--hop-repeats", default=None, help="oversample deep questions in the SFT and RL stages: JSON "
                     "times per epoch by hop count, e.g. '{\"3\": 3, \"4\": 3}' (workbench sft/train --hop-repeats); "
                     "use another --out")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--report-only", action="store_true", help="the tables from the finished runs, train nothing")
     args = ap.parse_args(argv)
+    if args.outline and args.residual:
+        ap.error("--outline and --residual are two ways to write the expert's steps; give one of them")
     for name in ("sft_steps", "rl_steps", "max_turns", "max_new_tokens", "max_total_tokens"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")

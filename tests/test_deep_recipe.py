@@ -51,6 +51,12 @@ def test_dry_run_is_expert_sft_train_then_three_adapters_evaluated(tmp_path, cap
     outline = _commands(capsys.readouterr().out)
     assert "--outline" in outline[0]  # and its turns (up to 81 tokens) fit every stage's and eval's budget
     assert all(c[c.index("--max-new-tokens") + 1] == "96" for c in outline[1:] + cmds[1:])
+    _recipe().main(["--dry-run", "--residual", "--out", str(tmp_path / "deep")])
+    residual = _commands(capsys.readouterr().out)
+    assert "--residual" in residual[0] and "--outline" not in residual[0] and "--residual" not in cmds[0]
+    with pytest.raises(SystemExit):
+        _recipe().main(["--dry-run", "--residual", "--outline", "--out", str(tmp_path / "deep")])
+    assert "give one of them" in capsys.readouterr().err
     _recipe().main(["--dry-run", "--hop-repeats", '{"3": 3, "4": 3}', "--out", str(tmp_path / "deep")])
     out = capsys.readouterr().out
     sft, rl = _commands(out)[1:3]

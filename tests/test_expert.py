@@ -170,3 +170,47 @@ def test_outline_writes_the_plan_and_counts_the_steps(world, tokenizer, question
     assert ", then ".join(rels) in deep.turns[[k.kind for k in deep.turns].index(POLICY)].text
     assert all("Step" not in turn.text and "This question takes" not in turn.text
                for t in plain.trajectories for turn in t.turns if turn.kind == POLICY)
+
+
+def test_residual_writes_the_question_that_is_left(world, tokenizer, questions):
+    """``residual``: after each hop of a chain the think names the question left, the entity found in place of what
+    that hop answered, down to the last hop's own sub-question; a comparison's parallel hops keep the plain steps; the
+    traces stay valid. With ``outline`` too it is an error."""
+    protocol = expert_protocol("search_r1")
+    toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
+    res = expert_traces(questions, protocol, writer("search_r1"), toolbox, tokenizer, world, residual=True)
+    assert res.dropped == [] and len(res.trajectories) == len(questions)
+    by_id = {e.id: e for e in questions}
+    chains = 0
+    for t in res.trajectories:
+        ex = by_id[t.example_id]
+        policy = [turn.text for turn in t.turns if turn.kind == POLICY]
+        left = [p.split("Now the question is: ")[1].split(" </think>")[0] for p in policy if "Now the question is" in p]
+        if ex.qtype == "comparison" or ex.hops == 1:
+            assert left == [] and all("Next I need to find" in p for p in policy[1:-1])
+            continue
+        chains += 1
+        subqs = ex.meta["decomposition_resolved"]
+        assert len(left) == ex.hops - 1 and left[-1] == subqs[-1], (ex.question, left)
+        for k, q in enumerate(left):  # each names what hop k + 1 found, and is shorter than the one before
+            assert ex.kg_path[k]["tail"] in q and len(q) < len(left[k - 1] if k else ex.question), (ex.question, left)
+        assert "Now the question is" not in policy[0] and "Now the question is" not in policy[-1]
+    assert chains >= 4 and {by_id[t.example_id].hops for t in res.trajectories} >= {2, 3, 4}
+    with pytest.raises(ValueError, match="give one of them"):
+        expert_traces(questions[:1], protocol, writer("search_r1"), toolbox, tokenizer, world, outline=True, residual=True)
+
+
+def test_every_chain_template_has_its_left_questions():
+    """Each world template of three or more hops has the questions left after its hops but the last, each about the
+    entity found; where a two-hop template has the same path, the left question is its wording."""
+    from workbench.data.world.templates import RESIDUALS, TEMPLATES
+
+    deep = {t.name: t for t in TEMPLATES if len(t.path) >= 3}
+    assert set(RESIDUALS) == set(deep)
+    two_hop = {t.path: t.text for t in TEMPLATES if len(t.path) == 2 and t.qtype != "comparison"}
+    for name, t in deep.items():
+        assert len(RESIDUALS[name]) == len(t.path) - 2, name
+        for k, text in enumerate(RESIDUALS[name]):
+            assert text.count("{a}") == 1 and text.endswith("?"), (name, text)
+            if t.path[k + 1:] in two_hop:
+                assert text == two_hop[t.path[k + 1:]], (name, text)

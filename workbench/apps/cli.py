@@ -375,6 +375,9 @@ def _expert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-total-tokens", type=_positive_int, default=4096, help="tokens per trajectory at most (default: %(default)s)")
     p.add_argument("--outline", action="store_true", help="the expert writes its plan out first (how many searches, "
                    "which relations) and 'Step k of n' before each search, so that a policy can count on deep questions")
+    p.add_argument("--residual", action="store_true", help="after each hop the expert writes the question that is "
+                   "left, the entity it found in place of what that hop answered ('Now the question is: Who founded "
+                   "Zirnix Press?'), so that what remains of a deep question shows without counting; not with --outline")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directories are created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -387,6 +390,8 @@ def expert_command(args: argparse.Namespace) -> int:
     from workbench.rl.expert import expert_traces, format_yield
     from workbench.tools.toolbox import build_toolbox
 
+    if args.outline and args.residual:
+        raise ValueError("--outline and --residual are two ways to write the steps; give one of them")
     bench = str(args.dataset).lower() != "world"
     world = None if bench else load_world()
     if bench:
@@ -419,10 +424,11 @@ def expert_command(args: argparse.Namespace) -> int:
             toolbox = build_toolbox(protocol, world, tokenizer=tokenizer)
         res = expert_traces(examples, protocol, m.expert, toolbox, tokenizer, world, method=method,
                             max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
-                            progress=not args.no_progress, outline=args.outline)
+                            progress=not args.no_progress, outline=args.outline, residual=args.residual)
         source = {"dataset": str(args.dataset)} if bench else {"world": world.fingerprint()}
         run = write_expert_run(res, method, protocol, out=args.out, split=args.split or ((examples[0].split if examples else "dev") if bench else "train"),
-                               config={**source, "tokenizer": args.model, "hops": args.hops, "outline": args.outline})
+                               config={**source, "tokenizer": args.model, "hops": args.hops, "outline": args.outline,
+                                                "residual": args.residual})
         results[method] = res
         print(f"{method}: {len(res.trajectories)} of {len(examples)} questions have a valid trace "
               f"({res.seconds:.1f}s) -> {run.path}", flush=True)

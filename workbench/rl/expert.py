@@ -90,6 +90,9 @@ class ExpertPlan:
     outline: bool = False
     """Write the plan out (:func:`steps`): how many searches and which relations first, then ``Step k of n`` before
     each search, so that a small policy can count where it is on a deep question."""
+    residual: bool = False
+    """After each hop, write the question that is left with the entity found in its place (:func:`left_questions`):
+    what remains shows in the text, without counting."""
 
     def to_meta(self) -> dict[str, Any]:
         return {"answer": self.answer,
@@ -201,9 +204,31 @@ def outline(plan: ExpertPlan) -> str:
     return f"This question takes {n} search{'es' if n > 1 else ''}{what}."
 
 
+def left_questions(plan: ExpertPlan) -> list[str] | None:
+    """The question left after each hop but the last, the entity that hop found in place of what it answered
+    (``"Who founded the company that employs <the father found>?"``, then ``"Who founded <the company found>?"``);
+    the one before the last search is the last hop's sub-question. None when the hops are not a chain (each hop's
+    head the previous hop's tail: a comparison's are not) or a chain's wording is unknown (the world's chain templates
+    have theirs, :data:`~workbench.data.world.templates.RESIDUALS`)."""
+    from workbench.data.world.templates import RESIDUALS
+
+    hops = plan.hops
+    if any(not h.head or h.head != prev.tail for prev, h in zip(hops, hops[1:])):
+        return None
+    middle = RESIDUALS.get(str(plan.example.meta.get("template", "")), ()) if len(hops) > 2 else ()
+    if len(middle) != len(hops) - 2:
+        return None
+    return [m.format(a=h.tail) for m, h in zip(middle, hops)] + ([hops[-1].subquestion] if len(hops) > 1 else [])
+
+
 def steps(plan: ExpertPlan) -> list[str]:
     """Reasoning before each search: what to find, after the previous hop's fact (with ``plan.outline``: the plan
-    first, and which step of how many each search is)."""
+    first, and which step of how many each search is; with ``plan.residual``: the question that is left, where the
+    hops are a chain)."""
+    left = left_questions(plan) if plan.residual else None
+    if left is not None:
+        return [need(h) if i == 0 else f"{plan.hops[i - 1].fact} Now the question is: {left[i - 1]}"
+                for i, h in enumerate(plan.hops)]
     if not plan.outline:
         return [need(h) if i == 0 else f"{plan.hops[i - 1].fact} {need(h, False)}" for i, h in enumerate(plan.hops)]
     n = len(plan.hops)
@@ -409,14 +434,18 @@ class ExpertResult:
 def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: ExpertWriter,
                   toolbox: Toolbox | Callable[[Example], tuple[Toolbox, list[Passage]]],
                   tokenizer: Any, world: Any = None, *, method: str | None = None, max_new_tokens: int = 256,
-                  max_total_tokens: int = 4096, progress: bool = False, outline: bool = False) -> ExpertResult:
+                  max_total_tokens: int = 4096, progress: bool = False, outline: bool = False,
+                  residual: bool = False) -> ExpertResult:
     """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones
-    (``outline``: the traces write the plan out first and count the steps, :attr:`ExpertPlan.outline`).
+    (``outline``: the traces write the plan out first and count the steps, :attr:`ExpertPlan.outline`;
+    ``residual``: they write the question left after each hop, :attr:`ExpertPlan.residual`).
 
     ``toolbox``: one toolbox over the world's passages, or ``example -> (toolbox, passages)``: each question
     searching its own paragraphs, its hops from its benchmark's annotations (:func:`benchmark_hops`)."""
     from tqdm.auto import tqdm
 
+    if outline and residual:
+        raise ValueError("outline and residual are two ways to write the steps; give one of them")
     t0 = time.perf_counter()
     out = ExpertResult([], [], list(examples))
     label = method or protocol.name
@@ -428,7 +457,7 @@ def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: Exper
         except Dropped as e:
             out.dropped.append({**info, "stage": "plan", "reason": str(e)})
             continue
-        plan.outline = outline
+        plan.outline, plan.residual = outline, residual
         traj = run_expert(plan, protocol, tb, tokenizer, max_new_tokens, max_total_tokens, meta={"method": label})
         problems = check_trace(traj, plan, protocol)
         if problems:

@@ -117,6 +117,26 @@ TEMPLATES: tuple[Template, ...] = (
        "Are {a} and {b} citizens of the same country?", compare="same"),
 )  # fmt: skip
 
+# What a chain question asks once its first hops are answered: for each template of three or more hops, the question
+# left after hop 1, 2, ... (``{a}`` the entity that hop found), up to the one before the last hop; after that the
+# last hop's own sub-question is left. Where a two-hop template has the same path, its wording is used.
+RESIDUALS: dict[str, tuple[str, ...]] = {
+    "director_university_country_capital": (
+        "What is the capital of the country where the university attended by {a} is located?",
+        "What is the capital of the country where {a} is located?"),
+    "author_birthplace_country": ("In which country is the birthplace of {a} located?",),
+    "father_employer_founder": ("Who founded the company that employs {a}?",),
+    "grandfather_birthplace": ("Where was the father of {a} born?",),
+    "director_citizenship_capital": ("What is the capital of the country of citizenship of {a}?",),
+    "director_spouse_university": ("Which university did the spouse of {a} attend?",),
+    "author_mother_birthplace_country": ("In which country is the birthplace of the mother of {a} located?",
+                                         "In which country is the birthplace of {a} located?"),
+    "founder_university_city": ("In which city is the university attended by {a} located?",),
+    "spouse_father_birthdate": ("When was the father of {a} born?",),
+    "employer_founder_birthplace_country": ("In which country is the birthplace of the founder of {a} located?",
+                                            "In which country is the birthplace of {a} located?"),
+}
+
 
 def sub_question(rel: str, head: str, head_type: str, tail_type: str, award: str = "") -> str:
     """One hop as a question about ``head``."""
