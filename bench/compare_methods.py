@@ -106,7 +106,6 @@ def main() -> None:
     if args.a_seed_runs and not (args.b_run or args.b_seed_runs):
         raise SystemExit("compare_methods: with --a-seed-runs, name B's runs with --b-run or --b-seed-runs")
     a_seeds = args.a_seed_runs or [args.run_dir]
-    args.run_dir = [r for runs in a_seeds for r in runs]  # every run of A, for the saved comparison's provenance
     b_seeds = args.b_seed_runs or [args.b_run or args.run_dir]
 
     rubric = None
@@ -154,7 +153,7 @@ def save(args: argparse.Namespace, a_seeds: list[list[str]], a_per_seed: list[An
             break
     cmd = " ".join(shlex.quote(arg) for arg in [".venv/bin/python", "bench/compare_methods.py", *argv])
     runs = {}
-    for r in dict.fromkeys([*args.run_dir, *(r for runs in b_seeds for r in runs)]):
+    for r in dict.fromkeys(r for runs in [*a_seeds, *b_seeds] for r in runs):
         try:
             cfg = json.loads((Path(r) / "config.json").read_text())
         except (OSError, ValueError):

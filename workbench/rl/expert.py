@@ -215,10 +215,10 @@ def left_questions(plan: ExpertPlan) -> list[str] | None:
     hops = plan.hops
     if any(not h.head or h.head != prev.tail for prev, h in zip(hops, hops[1:])):
         return None
-    middle = RESIDUALS.get(str(plan.example.meta.get("template", "")), ()) if len(hops) > 2 else ()
-    if len(middle) != len(hops) - 2:
+    middle = RESIDUALS.get(str(plan.example.meta.get("template", "")), ())  # none for two hops: no middle question
+    if len(middle) != len(hops) - 2:  # a one-hop question, or a chain whose wording is unknown
         return None
-    return [m.format(a=h.tail) for m, h in zip(middle, hops)] + ([hops[-1].subquestion] if len(hops) > 1 else [])
+    return [m.format(a=h.tail) for m, h in zip(middle, hops)] + [hops[-1].subquestion]
 
 
 def steps(plan: ExpertPlan) -> list[str]:
