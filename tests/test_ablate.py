@@ -539,3 +539,34 @@ def test_the_outline_lever_against_its_control_is_what_results_quotes():
         for hops in levels:
             assert _cell(root / name, hops) in results, (name, hops)
     assert f"writing the plan out costs {_cell(root / 'over_seeds_vs_outover_seeds')[:6]}" in readme
+
+
+def test_the_residual_lever_against_its_control_is_what_results_quotes():
+    """The residual traces (two seeds) against the shipped adapter and against the oversampling runs with plain steps
+    (two seeds a side), and seed 1 against seed 0: the paired differences RESULTS quotes, from the shipped files."""
+    readme, results = _shipped_texts()
+    root = BENCH.parent / "data" / "results" / "deep_residual"
+    c = paired.Comparison.load(root / "over_seeds_vs_residual_seeds" / "comparison.json")
+    assert len(c.a.seeds) == len(c.b.seeds) == 2 and all(len(s) == 180 for s in c.a.seeds + c.b.seeds)
+    assert c.a.label.startswith("oversampled SFT (plain steps)") and c.b.label.startswith("residual + oversampled SFT")
+    for name in ("over_seeds_vs_residual_seeds", "shipped96_vs_residual_seeds", "residual0_vs_residual1"):
+        for hops in ("all", "1", "2", "3", "4"):
+            assert _cell(root / name, hops) in results, (name, hops)
+    assert f"naming the question left costs {_cell(root / 'over_seeds_vs_residual_seeds')[:6]}" in readme
+
+
+def test_the_rl_stage_from_the_three_search_policy_is_what_results_quotes():
+    """The RL stage started from the oversampled seed-1 SFT, against the shipped adapter and against its start, seed by
+    seed: the paired differences RESULTS quotes, from the shipped files."""
+    readme, results = _shipped_texts()
+    root = BENCH.parent / "data" / "results" / "deep_rl"
+    seeds = sorted(int(d.name[-1]) for d in root.glob("shipped96_vs_rl[0-9]"))
+    assert seeds, "no RL seed's comparison is shipped"
+    for s in seeds:
+        c = paired.Comparison.load(root / f"over1_vs_rl{s}" / "comparison.json")
+        assert c.a.label.startswith("oversampled SFT, seed 1") and c.b.label == f"RL from the oversampled SFT, seed {s}"
+        assert len(c.b.seeds) == 1 and len(c.b.seeds[0]) == 180
+        for name in (f"shipped96_vs_rl{s}", f"over1_vs_rl{s}"):
+            for hops in ("all", "1", "2", "3", "4"):
+                assert _cell(root / name, hops) in results, (name, hops, s)
+    assert f"takes the third search away (3-hop {_cell(root / 'over1_vs_rl0', '3')[:6]}" in readme
