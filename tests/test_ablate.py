@@ -569,4 +569,11 @@ def test_the_rl_stage_from_the_three_search_policy_is_what_results_quotes():
         for name in (f"shipped96_vs_rl{s}", f"over1_vs_rl{s}"):
             for hops in ("all", "1", "2", "3", "4"):
                 assert _cell(root / name, hops) in results, (name, hops, s)
-    assert f"takes the third search away (3-hop {_cell(root / 'over1_vs_rl0', '3')[:6]}" in readme
+    if len(seeds) > 1:  # the seeds pooled, and seed 1 against seed 0
+        both = paired.Comparison.load(root / "over1_vs_rl_seeds" / "comparison.json")
+        assert len(both.b.seeds) == len(seeds) and all(len(q) == 180 for q in both.b.seeds)
+        for name in ("shipped96_vs_rl_seeds", "over1_vs_rl_seeds", "rl0_vs_rl1"):
+            for hops in ("all", "1", "2", "3", "4"):
+                assert _cell(root / name, hops) in results, (name, hops)
+    pooled = "over1_vs_rl_seeds" if len(seeds) > 1 else "over1_vs_rl0"
+    assert f"takes the third search away (3-hop {_cell(root / pooled, '3')[:6]}" in readme
