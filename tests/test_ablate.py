@@ -525,19 +525,33 @@ def test_the_two_seeds_of_oversampling_against_the_shipped_adapter_are_what_resu
                 assert _cell(root / name, hops) in results, (name, hops)
 
 
+def _check_lever_against_control(root: Path, name: str, a_label: str, b_label: str) -> None:
+    """The shipped comparison ``root/name`` of a lever against its control: two seeds a side, 180 questions a seed,
+    the sides' labels starting with ``a_label`` and ``b_label``."""
+    c = paired.Comparison.load(root / name / "comparison.json")
+    assert len(c.a.seeds) == len(c.b.seeds) == 2 and all(len(s) == 180 for s in c.a.seeds + c.b.seeds)
+    assert c.a.label.startswith(a_label) and c.b.label.startswith(b_label)
+
+
+def _assert_quoted(root: Path, quoted: dict[str, tuple[str, ...]], results: str) -> None:
+    """Each comparison under ``root`` named in ``quoted``: its paired cell on each of the given hop levels is in RESULTS."""
+    for name, levels in quoted.items():
+        for hops in levels:
+            assert _cell(root / name, hops) in results, (name, hops)
+
+
+_LEVELS = ("all", "1", "2", "3", "4")
+
+
 def test_the_outline_lever_against_its_control_is_what_results_quotes():
     """The outline traces (two seeds) against the shipped adapter and against the oversampling runs without the outline
     (two seeds a side), and seed 1 against seed 0: the paired differences RESULTS quotes, from the shipped files."""
     readme, results = _shipped_texts()
     root = BENCH.parent / "data" / "results" / "deep_outover"
-    c = paired.Comparison.load(root / "over_seeds_vs_outover_seeds" / "comparison.json")
-    assert len(c.a.seeds) == len(c.b.seeds) == 2 and all(len(s) == 180 for s in c.a.seeds + c.b.seeds)
-    assert c.a.label.startswith("oversampled SFT (no outline)") and c.b.label.startswith("outline + oversampled SFT")
-    quoted = {"over_seeds_vs_outover_seeds": ("all", "1", "2", "3", "4"), "shipped96_vs_outover_seeds": ("all", "1", "2", "3", "4"),
-              "outover0_vs_outover1": ("all", "1", "2", "3")}
-    for name, levels in quoted.items():
-        for hops in levels:
-            assert _cell(root / name, hops) in results, (name, hops)
+    _check_lever_against_control(root, "over_seeds_vs_outover_seeds", "oversampled SFT (no outline)",
+                                 "outline + oversampled SFT")
+    _assert_quoted(root, {"over_seeds_vs_outover_seeds": _LEVELS, "shipped96_vs_outover_seeds": _LEVELS,
+                          "outover0_vs_outover1": ("all", "1", "2", "3")}, results)
     assert f"writing the plan out costs {_cell(root / 'over_seeds_vs_outover_seeds')[:6]}" in readme
 
 
@@ -546,12 +560,10 @@ def test_the_residual_lever_against_its_control_is_what_results_quotes():
     (two seeds a side), and seed 1 against seed 0: the paired differences RESULTS quotes, from the shipped files."""
     readme, results = _shipped_texts()
     root = BENCH.parent / "data" / "results" / "deep_residual"
-    c = paired.Comparison.load(root / "over_seeds_vs_residual_seeds" / "comparison.json")
-    assert len(c.a.seeds) == len(c.b.seeds) == 2 and all(len(s) == 180 for s in c.a.seeds + c.b.seeds)
-    assert c.a.label.startswith("oversampled SFT (plain steps)") and c.b.label.startswith("residual + oversampled SFT")
-    for name in ("over_seeds_vs_residual_seeds", "shipped96_vs_residual_seeds", "residual0_vs_residual1"):
-        for hops in ("all", "1", "2", "3", "4"):
-            assert _cell(root / name, hops) in results, (name, hops)
+    _check_lever_against_control(root, "over_seeds_vs_residual_seeds", "oversampled SFT (plain steps)",
+                                 "residual + oversampled SFT")
+    names = ("over_seeds_vs_residual_seeds", "shipped96_vs_residual_seeds", "residual0_vs_residual1")
+    _assert_quoted(root, dict.fromkeys(names, _LEVELS), results)
     assert f"naming the question left costs {_cell(root / 'over_seeds_vs_residual_seeds')[:6]}" in readme
 
 
@@ -566,8 +578,7 @@ def test_the_rl_stage_from_the_three_search_policy_is_what_results_quotes():
         assert len(c.b.seeds) == 1 and len(c.b.seeds[0]) == 180
     both = paired.Comparison.load(root / "over1_vs_rl_seeds" / "comparison.json")
     assert len(both.b.seeds) == 2 and all(len(q) == 180 for q in both.b.seeds)
-    for name in ("shipped96_vs_rl0", "shipped96_vs_rl1", "over1_vs_rl0", "over1_vs_rl1", "shipped96_vs_rl_seeds",
-                 "over1_vs_rl_seeds", "rl0_vs_rl1"):
-        for hops in ("all", "1", "2", "3", "4"):
-            assert _cell(root / name, hops) in results, (name, hops)
+    names = ("shipped96_vs_rl0", "shipped96_vs_rl1", "over1_vs_rl0", "over1_vs_rl1", "shipped96_vs_rl_seeds",
+             "over1_vs_rl_seeds", "rl0_vs_rl1")
+    _assert_quoted(root, dict.fromkeys(names, _LEVELS), results)
     assert f"takes the third search away (3-hop {_cell(root / 'over1_vs_rl_seeds', '3')[:6]}" in readme
