@@ -8,7 +8,7 @@ STAMP := $(VENV)/.workbench-setup
 PIP := set -o pipefail; $(BIN)/python -m pip install --disable-pip-version-check --quiet
 QUIET := 2>&1 | { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: setup demo test test-fast test-latest lock lint lab dashboard bench clean fuzz verl-env
+.PHONY: setup demo test test-fast test-cpus test-latest lock lint lab clean fuzz verl-env
 
 # Locked versions: `make setup` and `make verl-env` install requirements/main.txt and requirements/verl.txt (exact
 # versions with their hashes, pip --require-hashes) over torch 2.13.0 from local disk. LOCKED=0 installs the newest
@@ -101,6 +101,20 @@ test: setup verl-env
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The engine and backend tests once per CPU level this host can take ($$WORKBENCH_CPU: native, then avx2 and portable,
+# each a lesser CPU's paths: no native bf16, the C step for x86-64-v3 or its plain loops, torch's and oneDNN's kernels
+# capped to match; workbench/util/cpu.py). A level the host cannot take is named and skipped.
+CPU_TESTS := tests/test_cpu_levels.py tests/test_quant_backend.py tests/test_native_decode.py tests/test_hf_backend.py \
+	tests/test_graph_backend.py tests/test_shared_prefix.py
+test-cpus: setup
+	@$(BIN)/python -c "from workbench.util.cpu import describe_levels; print(describe_levels())"
+	@set -e; for level in $$($(BIN)/python -c "from workbench.util.cpu import host_levels; print(*host_levels())"); do \
+		echo "== WORKBENCH_CPU=$$level"; \
+		env $$($(BIN)/python -c "from workbench.util.cpu import torch_environment as t; \
+			print(' '.join(f'{k}={v}' for k, v in t('$$level').items()))") WORKBENCH_CPU=$$level OMP_NUM_THREADS=1 \
+			$(BIN)/python -m pytest -q -n auto --dist loadfile $(CPU_TESTS); \
+	done
 
 fuzz: setup
 	WORKBENCH_FUZZ=full $(BIN)/python -m pytest -q tests/test_fuzz.py

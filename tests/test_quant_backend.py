@@ -71,8 +71,8 @@ def test_a_second_level_quantizes_the_residual():
 def test_quant_linear_uses_int4_for_few_rows_and_bf16_for_many():
     lin = torch.nn.Linear(64, 48, bias=True)
     lin.weight.data = on_grid(48, 64, seed=1)
-    ql = QuantLinear(lin, decode_rows=4)
-    assert ql.levels == 1
+    ql = QuantLinear(lin, decode_rows=4, prefill_bf16=True)  # the bf16 path, built so on any CPU
+    assert ql.levels == 1 and ql.weight16 is not None
     for rows in (1, 4, 5, 40):  # int4 up to 4 rows, bf16 GEMM above: the same product either way
         x = torch.randn(rows, 64)
         assert torch.allclose(ql(x), lin(x), atol=2e-2)
@@ -111,13 +111,14 @@ def test_the_int4_matrix_is_made_where_its_products_run_and_the_grid_kept_until_
 
 
 def test_the_fp32_prefill_of_a_batch_goes_row_by_row_and_lays_out_as_the_batched_one(tiny_model):
-    """Without native bf16 a batch's prompts are prefilled apart (rows that extend one kept cache together) and
-    laid side by side: the same last logits, positions and attended keys and values as the padded batched prefill,
-    and no padding computed."""
+    """On the fp32 prefill path (``prefill_bf16=False``: what a CPU without native bf16 takes, built so on any CPU) a
+    batch's prompts are prefilled apart (rows that extend one kept cache together) and laid side by side: the same
+    last logits, positions and attended keys and values as the padded batched prefill, and no padding computed."""
     from workbench.core.models import load_policy
 
     model, tok = load_policy(tiny_model, device="cpu")
-    backend = QuantBackend(model, tok, native=False)
+    backend = QuantBackend(model, tok, native=False, prefill_bf16=False)
+    assert all(m.weight16 is None for m in backend.layers) and not backend.model.config.workbench_bf16
     base = tok.encode("a question about a river and the town beside it")
     backend.generate([base], SamplingParams(max_new_tokens=3, temperature=0.0))  # a kept cache two prompts extend
     kept = list(backend._store)[0]  # the prompt and its continuation, bar the last token
@@ -125,7 +126,7 @@ def test_the_fp32_prefill_of_a_batch_goes_row_by_row_and_lays_out_as_the_batched
                tok.encode("another prompt"), tok.encode("a much longer prompt than the others, by some words")]
 
     def prefill(split: bool):
-        backend.prefill_bf16 = not split  # the switch _prefill reads (no bf16 here: weights stay fp32 either way)
+        backend.prefill_bf16 = not split  # the switch _prefill reads; the layers and attention stay fp32 either way
         entries = [backend._lookup(p) for p in prompts]
         assert entries[0] is entries[1] is not None and entries[2] is entries[3] is None
         padded = backend.stats["prefill_padded_tokens"]
@@ -329,6 +330,7 @@ def test_auto_without_native_bf16_takes_int4_where_the_c_step_has_vector_kernels
     from workbench.rollout.backends import native, quant
 
     model, _ = policy
+    monkeypatch.delenv("WORKBENCH_CPU", raising=False)  # the host's level: the CPU is stood in for by the patches
     monkeypatch.setattr(quant, "cpu_has_bf16", lambda: False)
     monkeypatch.setattr(native, "library", lambda: (SimpleNamespace(wb_simd=lambda: 256), ""))
     assert choose_engine("auto", model) == ("int4", "auto: no native bf16, so fp32 prefill and every decode step in "

@@ -14,7 +14,13 @@ _os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 __version__ = "0.1.0"
 
-import warnings as _warnings
+# $WORKBENCH_CPU (a lesser CPU level than the host's, for checking its engine paths): torch's and oneDNN's own
+# switches go in before torch is imported (workbench.util.cpu)
+from workbench.util.cpu import apply_torch_environment as _apply_torch_environment  # noqa: E402
+
+_apply_torch_environment()
+
+import warnings as _warnings  # noqa: E402
 
 # peft (0.21) reads transformers' deprecated `is_gradient_checkpointing` whenever it wraps a model: a
 # FutureWarning about their code, not the user's, printed on every LoRA load. Hidden; other warnings stay.

@@ -12,6 +12,10 @@ from typing import Any
 
 from workbench.util.textsafe import clean_text
 
+#: ``hf``'s implementations (``--rollout-engine``; ``quant.choose_engine`` picks for ``auto``): here, not in
+#: ``quant``, so that flags and configs check a name without importing torch
+ENGINES = ("auto", "fp32", "int4", "graph")
+
 STOP, EOS, LENGTH, ERROR = "stop", "eos", "length", "error"
 
 

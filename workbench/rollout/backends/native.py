@@ -94,31 +94,49 @@ def _compiler() -> tuple[str | None, str]:
     return cc, version
 
 
-def library_path(cc_version: str, portable: bool = False, exact: bool = False, source: Path = SOURCE) -> Path:
+def library_path(cc_version: str, portable: bool = False, exact: bool = False, source: Path = SOURCE,
+                 level: str = "native") -> Path:
     from workbench.util.paths import cache_dir
 
+    level = "portable" if portable else level
     key = hashlib.sha256(source.read_bytes() + cc_version.encode() + _cpu_key().encode()).hexdigest()[:16]
-    return cache_dir() / "native" / f"decode-step-{key}{'-portable' if portable else ''}{'-exact' if exact else ''}.so"
+    tag = "" if level == "native" else f"-{level}"
+    return cache_dir() / "native" / f"decode-step-{key}{tag}{'-exact' if exact else ''}.so"
 
 
-def build(quiet: bool = True, portable: bool = False, exact: bool = False, source: Path = SOURCE) -> Path:
-    """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet (``portable``:
-    the plain C loops, ``-DWB_PORTABLE`` without ``-march=native``: a reference for the vector kernels; ``exact``:
-    ``-DWB_EXACT``, on AVX2 without AVX512-BF16 the fp32 products of bf16-rounded inputs instead of 16-bit integer
-    ones, for comparisons; ``source``: another version of the file, e.g. an earlier revision's, to time beside this
-    one). Raises ``RuntimeError`` naming what failed (no C compiler, a compile error)."""
+def build(quiet: bool = True, portable: bool = False, exact: bool = False, source: Path = SOURCE,
+          level: str | None = None) -> Path:
+    """The compiled library's path, compiling ``decode_step.c`` first if this machine has no copy yet. ``level``:
+    the CPU level it is built for (:mod:`workbench.util.cpu`; default ``$WORKBENCH_CPU``, else ``native``):
+    ``native`` with ``-march=native`` (this CPU's vector instructions), ``avx2`` for x86-64-v3 (AVX2 + FMA, no
+    AVX-512: an AVX2 machine's kernels, built on any x86-64 CPU that runs them), ``portable`` (or ``portable=True``)
+    the plain C loops, ``-DWB_PORTABLE``: a reference for the vector kernels. ``exact``: ``-DWB_EXACT``, on AVX2
+    without AVX512-BF16 the fp32 products of bf16-rounded inputs instead of 16-bit integer ones, for comparisons;
+    ``source``: another version of the file, e.g. an earlier revision's, to time beside this one. Raises
+    ``RuntimeError`` naming what failed (no C compiler, a compile error)."""
+    from workbench.util.cpu import C_FLAGS, cpu_level
+
+    if level is None:
+        try:
+            level = cpu_level()
+        except ValueError as e:
+            raise RuntimeError(str(e)) from None
+    level = "portable" if portable else level
+    if level not in C_FLAGS:
+        raise RuntimeError(f"unknown CPU level {level!r} for the C decode step: one of {', '.join(C_FLAGS)}")
     cc, version = _compiler()
     if cc is None:
         raise RuntimeError(f"no C compiler ({os.environ.get('CC') or 'cc, gcc or clang'}) to build the C decode "
                            "step: install one (Debian: apt-get install gcc) or set $CC")
-    out = library_path(version, portable, exact, source)
+    out = library_path(version, exact=exact, source=source, level=level)
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     errors = []
-    # -march=native: this CPU's vector instructions (the library is keyed by its flags); then without, then no OpenMP
-    tries = [["-DWB_PORTABLE", "-fopenmp"], ["-DWB_PORTABLE"]] if portable else \
-        [["-march=native", "-fopenmp"], ["-fopenmp"], []]
+    # the level's flags (the library is keyed by the level and this CPU's flags); a vector level then without them
+    # (the compiler may not know the target), then no OpenMP
+    flags = C_FLAGS[level]
+    tries = [[*flags, "-fopenmp"], flags] if level == "portable" else [[*flags, "-fopenmp"], ["-fopenmp"], []]
     if exact:
         tries = [["-DWB_EXACT", *flags] for flags in tries]
     for flags in tries:
@@ -158,8 +176,11 @@ def library() -> tuple[ctypes.CDLL | None, str]:
         try:
             lib = load(build())
             if lib.wb_simd() <= 0:
-                _why = ("this CPU or compiler has neither AVX2 + FMA, AVX-512 nor ARM64 NEON (the plain C loops are "
-                        "slower than torch)")
+                from workbench.util.cpu import ENV, cpu_level
+
+                _why = (f"${ENV}=portable asks for the plain C loops, which are slower than torch" if
+                        cpu_level() == "portable" else "this CPU or compiler has neither AVX2 + FMA, AVX-512 nor ARM64 "
+                        "NEON (the plain C loops are slower than torch)")
             else:
                 _lib = lib
         except (RuntimeError, OSError) as e:
@@ -344,9 +365,11 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Build (once per machine) the C decode step of the int4 rollout "
                                              "engine and say whether rollouts will use it.")
     ap.add_argument("--portable", action="store_true", help="build the plain C loops (no -march=native) instead")
+    ap.add_argument("--level", choices=("native", "avx2", "portable"), default=None,
+                    help="the CPU level to build for (default: $WORKBENCH_CPU, else native; workbench.util.cpu)")
     args = ap.parse_args(argv)
     try:
-        path = build(quiet=False, portable=args.portable)
+        path = build(quiet=False, portable=args.portable, level=args.level)
     except RuntimeError as e:
         print(f"C decode step: not built ({e}); the int4 engine steps through torch")
         return 0  # not an error: the engine works without it

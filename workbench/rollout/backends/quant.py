@@ -41,13 +41,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from workbench.rollout.backends.base import ENGINES  # noqa: F401 (re-exported: the engine names, kept light)
 from workbench.rollout.backends.hf import HFBackend
 
 GROUP_SIZE = 32  # inputs per int4 scale/offset: Q4_1's block, and the smallest group torch's CPU kernel takes
 DECODE_ROWS = 10  # rows up to which a product runs the int4 kernel (a decode step: int4 faster at 8 rows, bf16 at 16)
 ON_GRID = 0.05  # mean distance to the int4 grid, in quantization steps, below which a matrix counts as int4 already
 SHARED_PREFIX_MIN = 32  # shortest common prompt prefix that is prefilled once for a batch
-ENGINES = ("auto", "fp32", "int4", "graph")
 
 
 def int4_groups(w: Tensor, group: int = GROUP_SIZE) -> tuple[Tensor, Tensor, Tensor]:
@@ -214,7 +214,7 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
                **kw: Any) -> tuple[Tensor, Any]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if query.shape[2] == 1 or not cpu_has_bf16():
+    if query.shape[2] == 1 or not getattr(getattr(module, "config", None), "workbench_bf16", False):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kw)
     bf = torch.bfloat16
     out, weights = sdpa_attention_forward(module, query.to(bf), key.to(bf), value.to(bf), attention_mask, **kw)
@@ -229,10 +229,13 @@ def _register_attention() -> None:
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 
-def quantize_model(model: nn.Module, decode_rows: int | None = None) -> nn.Module:
+def quantize_model(model: nn.Module, decode_rows: int | None = None, prefill_bf16: bool | None = None) -> nn.Module:
     """The rollout copy of ``model`` (a transformers causal LM, or a peft model over one): its modules copied, its
     parameters and buffers shared, every linear layer (and peft LoRA layer) replaced by a :class:`QuantLinear` over
-    the original. Raises ``ValueError`` for what it cannot copy faithfully (weights not fp32, LoRA variants)."""
+    the original. ``prefill_bf16``: whether prefills run in bf16 (weights and attention; default
+    :func:`cpu_has_bf16`). Raises ``ValueError`` for what it cannot copy faithfully (weights not fp32, LoRA
+    variants)."""
+    bf16 = cpu_has_bf16() if prefill_bf16 is None else prefill_bf16
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if any(p.dtype != torch.float32 for p in base.parameters()):
         raise ValueError("the int4 rollout engine quantizes an fp32 model (this one is not fp32); use the fp32 engine")
@@ -256,10 +259,13 @@ def quantize_model(model: nn.Module, decode_rows: int | None = None) -> nn.Modul
     for name, src in targets:
         parent_name, _, child = name.rpartition(".")
         parent = qmodel.get_submodule(parent_name) if parent_name else qmodel
-        setattr(parent, child, QuantLinear(src, decode_rows))
+        setattr(parent, child, QuantLinear(src, decode_rows, prefill_bf16=bf16))
     if getattr(getattr(qmodel, "config", None), "_attn_implementation", None) == "sdpa":
         _register_attention()
         qmodel.config._attn_implementation = ATTENTION
+    qmodel.workbench_bf16 = bf16  # what QuantBackend reports and its prefill reads
+    if getattr(qmodel, "config", None) is not None:  # the copy's own config (deep-copied), shared by its modules:
+        qmodel.config.workbench_bf16 = bf16  # what _attention reads from the attention module it is called for
     qmodel.eval()
     return qmodel
 
@@ -373,9 +379,16 @@ def quant_layers(model: nn.Module) -> list[QuantLinear]:
     return [m for m in model.modules() if isinstance(m, QuantLinear)]
 
 
-@functools.cache
 def cpu_has_bf16() -> bool:
-    """Whether oneDNN runs bf16 natively here (AVX512-BF16 / AMX): else bf16 prefill is emulated and slow."""
+    """Whether oneDNN runs bf16 natively here (AVX512-BF16 / AMX): else bf16 prefill is emulated and slow. False
+    where ``$WORKBENCH_CPU`` asks for a lesser CPU than the host (:mod:`workbench.util.cpu`)."""
+    from workbench.util.cpu import below_native
+
+    return not below_native() and _onednn_bf16()
+
+
+@functools.cache
+def _onednn_bf16() -> bool:
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
         return bool(check()) if check is not None else False
@@ -407,6 +420,14 @@ def choose_engine(engine: str, model: Any) -> tuple[str, str]:
         return "fp32", "auto: this torch build has no CPU int4 kernels"
     if cpu_has_bf16():
         return "int4", "auto: a CPU with native bf16"
+    from workbench.util.cpu import ENV, cpu_level
+
+    engine, why = _without_native_bf16(base)
+    level = cpu_level()
+    return engine, why if level == "native" else f"{why} (${ENV}={level})"
+
+
+def _without_native_bf16(base: Any) -> tuple[str, str]:
     from workbench.rollout.backends.native import SIMD, library
 
     lib, why = library()
@@ -423,16 +444,18 @@ def choose_engine(engine: str, model: Any) -> tuple[str, str]:
 
 class QuantBackend(HFBackend):
     """:class:`HFBackend` over :func:`quantize_model`'s copy of ``model`` (see the module docstring); ``model``
-    itself (with its adapter) is left as it is and stays the fp32 reference. Keyword arguments are HFBackend's."""
+    itself (with its adapter) is left as it is and stays the fp32 reference. ``prefill_bf16``: bf16 prefills
+    (weights and attention) or fp32 ones, one prompt's rows a call (default :func:`cpu_has_bf16`: a test or a
+    benchmark names the path it takes). Other keyword arguments are HFBackend's."""
 
     name = "int4"
 
     def __init__(self, model: Any, tokenizer: Any, decode_rows: int | None = None, lean: bool = True,
-                 native: bool = True, **kw: Any):
+                 native: bool = True, prefill_bf16: bool | None = None, **kw: Any):
         from workbench.rollout.backends.native import NativeDecode
 
         self.source = model
-        qmodel = quantize_model(model, decode_rows)
+        qmodel = quantize_model(model, decode_rows, prefill_bf16)
         self.layers = quant_layers(qmodel)
         self.lean = LeanDecode.build(qmodel) if lean else None
         self.native = NativeDecode.build(self.lean) if native and self.lean is not None else None
@@ -440,7 +463,7 @@ class QuantBackend(HFBackend):
             m.drop_grid()
         self.native_why = ("" if self.native is not None else "not asked for" if not native
                            else "no lean step (not a Llama)" if self.lean is None else NativeDecode.why_not)
-        self.prefill_bf16 = cpu_has_bf16()
+        self.prefill_bf16 = qmodel.workbench_bf16
         if self.native is not None and not self.prefill_bf16:  # torch's other steps would be fp32 or emulated int4
             self.native.max_rows = 1 << 30
         super().__init__(qmodel, tokenizer, **kw)
