@@ -38,6 +38,25 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _in_range(kind: type, rule: str) -> Callable[[str], Any]:
+    """A number flag's type whose value must keep ``rule`` (the config's ``RANGES``, :mod:`workbench.util.ranges`)."""
+    from workbench.util.ranges import range_error
+
+    def value(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        error = range_error(v, rule) if kind is int or math.isfinite(v) else f"must be a finite number, got {text!r}"
+        if error:
+            raise argparse.ArgumentTypeError(error)
+        return v
+
+    value.__name__ = kind.__name__  # argparse names the type in its messages
+    return value
+
+
 def _port(any_free: bool) -> Callable[[str], int]:
     """A TCP port flag's type: 1..65535, and 0 (any free port) where the command can report the port it got."""
     low, fix = (0, "use 1..65535, or 0 for any free port") if any_free else (1, "use 1..65535")
@@ -174,11 +193,13 @@ def eval_command(args: argparse.Namespace) -> int:
     import dataclasses
 
     from workbench.eval.config import DEFAULT_MODEL, EvalConfig
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalConfig) if getattr(args, f.name) is not None}
+    EvalConfig(**{"dataset": "world", "model": DEFAULT_MODEL, **given})  # a bad value is said before the heavy imports
     from workbench.eval.runner import format_table, run_dir_hint, run_eval
     from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalConfig) if getattr(args, f.name) is not None}
     run = run_eval(given.pop("methods"), given.pop("dataset", "world"), given.pop("model", DEFAULT_MODEL), out=args.out,
                    name=args.name, progress=not args.no_progress, **given)
     metrics = run.metrics()
@@ -197,8 +218,7 @@ def eval_command(args: argparse.Namespace) -> int:
 def _ask_args(p: argparse.ArgumentParser) -> None:
     import dataclasses
 
-    from workbench.eval.ask import ASK_FIELDS, DEFAULT_METHOD
-    from workbench.eval.config import EvalConfig
+    from workbench.eval.config import ASK_FIELDS, DEFAULT_METHOD, EvalConfig
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
@@ -266,7 +286,7 @@ _TRAIN_FLAGS = {"preset": "--preset", "reward": "--reward", "model": "--model"}
 
 def _train_args(p: argparse.ArgumentParser) -> None:
 
-    from workbench.rl.trainer import TrainConfig
+    from workbench.rl.train_config import TrainConfig
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
@@ -316,7 +336,7 @@ def train_command(args: argparse.Namespace) -> int:
     import dataclasses
 
     from workbench import methods
-    from workbench.rl.trainer import TrainConfig
+    from workbench.rl.train_config import TrainConfig
     from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
@@ -445,8 +465,7 @@ def expert_command(args: argparse.Namespace) -> int:
 def _sft_args(p: argparse.ArgumentParser) -> None:
     import dataclasses
 
-    from workbench.rl.sft import SFTConfig
-    from workbench.rl.train_config import TrainConfig
+    from workbench.rl.train_config import SFTConfig, TrainConfig
 
     _train_args(p)  # every TrainConfig flag, --config, --resume, --out, --no-progress
     p.epilog = (
@@ -492,6 +511,9 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = N
                                                        else _json_arg)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         text = docs.get(f.name, "").replace("``", "").replace("%", "%%")
+        rule = getattr(cls, "RANGES", {}).get(f.name)
+        if rule is not None and kind in (int, float):
+            kind = _in_range(kind, rule)
         kw: dict[str, Any] = {"dest": f.name, "type": kind, "default": None,
                               "help": f"{text} (default: {json.dumps(default, default=str)})"}
         kw.update((flags or {}).get(f.name, {}))
@@ -632,7 +654,7 @@ def dashboard(args: argparse.Namespace) -> int:
         return 0
     check_host(args.host, args.allow_remote)
     ForeignRequest(args.host, args.port, args.allow_origin)  # a malformed --allow-origin: said before loading
-    _ic.check_listen(args.host, args.port)  # a port in use: said now, not after the server has loaded
+    _check_listen(args.host, args.port)  # a port in use: said now, not after the server has loaded
     if args.allow_remote and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {args.host} without authentication (--allow-remote)", file=sys.stderr)
     serve_dashboard(args.runs, port=args.port, host=args.host, allow_remote=args.allow_remote,
@@ -688,7 +710,7 @@ def lab(args: argparse.Namespace) -> int:
     extra = getattr(args, "extra", [])
     if not any(flag.startswith(("--ServerApp.port", "--ServerApp.ip", "--ip")) for flag in extra):
         # Jupyter would move on to a free port, and the URL printed below would name the wrong server
-        _ic.check_listen("127.0.0.1", args.port, fix="pick another --port, or stop the server using this one")
+        _check_listen("127.0.0.1", args.port, fix="pick another --port, or stop the server using this one")
     token = secrets.token_hex(24)
     cmd = lab_command(args.port, args.no_browser, token=token, extra=extra)
     print(f"JupyterLab: http://127.0.0.1:{args.port}/lab?token={token}\n"
@@ -765,7 +787,24 @@ def regress(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- main
 
-from workbench.integrations import cli_commands as _ic  # noqa: E402  (argparse only; the work is imported lazily)
+
+def _integration(name: str) -> Callable[..., Any]:
+    """``workbench.integrations.cli_commands.<name>``, imported when the command is built or run."""
+
+    def call(*args: Any) -> Any:
+        from workbench.integrations import cli_commands
+
+        return getattr(cli_commands, name)(*args)
+
+    call.__name__ = name
+    return call
+
+
+def _check_listen(*args: Any, **kw: Any) -> None:
+    from workbench.integrations.cli_commands import check_listen
+
+    check_listen(*args, **kw)
+
 
 # --------------------------------------------------------------------------- schema
 
@@ -808,18 +847,21 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "dashboard": (_dashboard_args, dashboard, "serve the Panel dashboard over runs/ on 127.0.0.1 (or --static FILE)"),
     "lab": (_lab_args, lab, "open JupyterLab at the project root with the workbench kernel (127.0.0.1 only)"),
     "regress": (_regress_args, regress, "execute the notebook regression suite and compare metrics with the baselines"),
-    "serve-retrieval": (_ic.serve_retrieval_args, _ic.serve_retrieval,
+    "serve-retrieval": (_integration("serve_retrieval_args"), _integration("serve_retrieval"),
                         "serve BM25/dense, KG and plan search over HTTP in Search-R1's /retrieve API (127.0.0.1)"),
-    "export": (_ic.export_args, _ic.export_command,
+    "export": (_integration("export_args"), _integration("export_command"),
                "export a method for verl: dataset parquet, reward module, launch script"),
-    "import": (_ic.import_args, _ic.import_command,
+    "import": (_integration("import_args"), _integration("import_command"),
                "import a verl run (rollout/validation dumps, metrics) as a workbench run"),
     "schema": (_schema_args, schema_command,
                "every column of a run's trajectories.parquet and features.parquet: dtype and meaning"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line (every command's flags: ``docs/cli-reference.md`` is generated from it), or with
+    ``only``, every command named but only that one's flags built: what :func:`main` parses with, so that a command's
+    ``--help`` or a bad flag costs that command's light imports and no other's (tests/test_cli_fast.py)."""
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Research workbench for LLM search agents trained with RL. Run `workbench <command> --help`.",
@@ -828,9 +870,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (add_args, _, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        add_args(sp)
-        _check_values(sp)
+        if only is None or name == only:
+            add_args(sp)
+            _check_values(sp)
     return parser
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not a flag: the top level's only flag, ``-v``, takes no
+    value), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 #: ``workbench train --engine``: the trainers a run can come from.
@@ -859,7 +908,8 @@ def main(argv: list[str] | None = None) -> int:
         from workbench.integrations.trl_train import main as trl_main
 
         return trl_main(trl_args)
-    parser = build_parser()
+    word = command_word(argv)
+    parser = build_parser(only=word if word in COMMANDS else "")  # an unknown word: argparse names the choices
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "lab":  # only `workbench lab` passes unknown flags on (to Jupyter)
         parser.parse_args(argv)  # the usual one-line error and exit 2

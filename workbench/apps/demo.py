@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from workbench.eval.adapters import TRAINED_ADAPTER
 from workbench.eval.config import EvalEntry
-from workbench.eval.runner import metrics_table, run_eval
-from workbench.storage.runs import Run
+
+if TYPE_CHECKING:  # the command line reads run_demo's defaults for its flags: the work imports them when it runs
+    from workbench.storage.runs import Run
 
 #: The methods the demo compares: no retrieval, the search agent (untrained, and with the shipped SFT + GRPO adapter
 #: when it is there), the search + knowledge-graph agent.
@@ -68,6 +67,10 @@ HOP_SUMMARY = ("n", "cem", "f1", "n_searches", "answered")
 
 def summary_table(metrics: dict[str, Any], by_hops: bool = False) -> str:
     """The metrics per method (or per method and hop count), a few columns, as plain text."""
+    import pandas as pd
+
+    from workbench.eval.runner import metrics_table
+
     df = metrics_table(metrics, by_hops=by_hops)
     cols = [c for c in (HOP_SUMMARY if by_hops else SUMMARY) if c in df.columns]
     keys = ["method", "hops"] if by_hops else ["method"]
@@ -172,6 +175,8 @@ def run_demo(
         raise ValueError(f"--limit must be >= 1, got {limit}")
     if group_size > 1 and temperature <= 0:
         raise ValueError(f"--group-size {group_size} needs --temperature > 0 (greedy samples of a group are identical)")
+    from workbench.eval.runner import run_eval
+
     t_start = time.perf_counter()
     methods, adapter = list(DEMO_METHODS), adapter_for(model)
     if adapter is None:

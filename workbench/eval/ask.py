@@ -30,8 +30,10 @@ from workbench.core.trajectory import POLICY, Trajectory, Turn
 from workbench.core.types import Hit
 from workbench.data.example import Example
 from workbench.eval.adapters import TRAINED_ADAPTER
-from workbench.eval.config import (
+from workbench.eval.config import (  # ASK_FIELDS, DEFAULT_METHOD: re-exported
+    ASK_FIELDS,
     CORPUS_SETTINGS,
+    DEFAULT_METHOD,
     DEFAULT_MODEL,
     TRAINED,
     EvalConfig,
@@ -48,14 +50,6 @@ if TYPE_CHECKING:
     from workbench.tools.base import Toolbox
 
 
-#: The method a question goes to unless another is named: the Search-R1 agent with the shipped trained adapter.
-DEFAULT_METHOD = f"search_r1{TRAINED}"
-
-#: :class:`EvalConfig` fields that mean something for one question (``workbench ask``'s flags); the others (dataset,
-#: limit, split, group size...) are an evaluation's.
-ASK_FIELDS = ("model", "adapter", "corpus", "retriever", "index", "encoder", "query_prefix", "pooling", "retrieval_url",
-              "kg", "protocol_kwargs", "max_turns", "max_new_tokens", "temperature", "seed", "device",
-              "rollout_engine", "batch_mib", "allow_pickle_weights", "override_adapter")
 
 #: What a step of a turn is: the policy's reasoning, its query, what the tool found (or its error), its answer, an
 #: action that could not be parsed, or an observation that is not a tool's (a format hint).

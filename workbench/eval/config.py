@@ -37,6 +37,15 @@ DEFAULT_MODEL = "smollm2-135m"
 #: with the adapter disabled.
 TRAINED = "+lora"
 
+#: The method a question goes to unless another is named: the Search-R1 agent with the shipped trained adapter.
+DEFAULT_METHOD = f"search_r1{TRAINED}"
+
+#: :class:`EvalConfig` fields that mean something for one question (``workbench ask``'s flags); the others (dataset,
+#: limit, split, group size...) are an evaluation's.
+ASK_FIELDS = ("model", "adapter", "corpus", "retriever", "index", "encoder", "query_prefix", "pooling", "retrieval_url",
+              "kg", "protocol_kwargs", "max_turns", "max_new_tokens", "temperature", "seed", "device",
+              "rollout_engine", "batch_mib", "allow_pickle_weights", "override_adapter")
+
 
 @dataclass(frozen=True)
 class EvalEntry:
@@ -213,7 +222,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         self.methods = parse_methods(self.methods)
-        from workbench.rollout.backends.quant import ENGINES
+        from workbench.rollout.backends import ENGINES
 
         if self.rollout_engine not in ENGINES:
             raise ValueError(f"unknown --rollout-engine {self.rollout_engine!r}; valid: {', '.join(ENGINES)}")

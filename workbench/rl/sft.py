@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,48 +48,11 @@ from workbench.data.example import Example
 from workbench.rewards.metrics import cover_exact_match
 from workbench.rl.batch import RLBatch, build_batch
 from workbench.rl.data_stream import DataStream, repeat_by_hops
-from workbench.rl.train_config import RunParts, TrainConfig
+from workbench.rl.train_config import RunParts, SFTConfig, TrainConfig  # noqa: F401 (SFTConfig re-exported)
 from workbench.rl.trainer import Trainer
 from workbench.storage.runs import Run, open_run
 
 POOL_FILE = "sft/pool.trajectories.parquet"
-
-
-@dataclass
-class SFTConfig(TrainConfig):
-    """A :class:`TrainConfig` (model, protocol, LoRA, evaluation, checkpoints) plus the SFT data.
-
-    ``steps`` are optimizer steps of ``batch_size`` trajectories; ``group_size`` and
-    ``temperature`` are those of rejection sampling.
-    """
-
-    traces: list[str] = field(default_factory=list)
-    """Trajectories to imitate: run directories (``workbench expert`` / ``eval`` runs) or Parquet files."""
-    rejection_questions: int = 0
-    """Training questions the initial policy rolls out for rejection sampling (0 = none)."""
-    trace_hops: list[int] | None = None
-    """Only trajectories of questions with these hop counts (None = all)."""
-    max_traces: int = 0
-    """At most this many trajectories from ``traces`` (the first ones; 0 = all)."""
-    batch_size: int = 8
-    """Trajectories per optimizer step."""
-    lr: float = 1e-4  # LoRA SFT; the RL default (2e-5) moves a cold start too slowly on CPU budgets
-
-    #: A method's RL learning rate is not SFT's: SFT keeps its own ``lr``.
-    KEEPS_OWN: ClassVar[tuple[str, ...]] = ("lr",)
-    SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
-        **TrainConfig.SECTIONS, "sft": ("traces", "rejection_questions", "trace_hops", "max_traces", "batch_size")}
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for f in ("rejection_questions", "max_traces"):
-            if getattr(self, f) < 0:
-                raise ValueError(f"SFTConfig.{f}: must be >= 0, got {getattr(self, f)}")
-        if self.batch_size < 1:
-            raise ValueError(f"SFTConfig.batch_size: must be >= 1, got {self.batch_size}")
-        if not self.traces and not self.rejection_questions:
-            raise ValueError("SFTConfig: no data; give traces (e.g. a `workbench expert` run directory) "
-                             "and/or rejection_questions > 0")
 
 
 # =============================================================================== data

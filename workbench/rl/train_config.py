@@ -17,15 +17,17 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from workbench.protocols.base import Protocol
-from workbench.rewards.preset import FeatureNeeds, RewardPreset
-from workbench.rewards.rubric import Rubric
-from workbench.rl.config import LossConfig, get_loss_config
-from workbench.rl.data_stream import CURRICULA
 from workbench.rl.trackers import tracker_names
-from workbench.rollout.engine import RolloutConfig
+from workbench.util.ranges import range_error
+
+if TYPE_CHECKING:  # the command line reads this module for its flags: nothing here imports torch or pandas
+    from workbench.protocols.base import Protocol
+    from workbench.rewards.preset import FeatureNeeds, RewardPreset
+    from workbench.rewards.rubric import Rubric
+    from workbench.rl.config import LossConfig
+    from workbench.rollout.engine import RolloutConfig
 
 DEFAULT_PROTOCOL_KWARGS: dict[str, Any] = {"observation_mode": "chat"}
 
@@ -55,6 +57,16 @@ class TrainConfig:
                          "micro_batching", "gradient_checkpointing", "amp", "tis_cap", "seed"),
         "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "init_adapter", "init_adapter_merge"),
         "output": ("save_every", "keep_checkpoints", "report_to"),
+    }
+
+    #: The range each numeric field must lie in (:mod:`workbench.util.ranges`): checked here and by the command line's
+    #: flag types, so a value out of range is refused before a run starts, from a flag or from a file.
+    RANGES: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("steps", "questions_per_step", "group_size", "max_turns", "max_new_tokens",
+                         "max_total_tokens", "micro_batch_size", "lora_r", "lora_alpha"), ">= 1"),
+        **dict.fromkeys(("eval_limit", "eval_every", "save_every", "keep_checkpoints", "grad_clip", "weight_decay",
+                         "temperature"), ">= 0"),
+        "group_size": ">= 2", "lr": "> 0", "top_p": "(0, 1]", "lora_dropout": "[0, 1)", "max_failed_share": "[0, 1]",
     }
 
     method: str | None = None
@@ -214,21 +226,18 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         def bad(f: str, msg: str) -> ValueError:
-            return ValueError(f"TrainConfig.{f}: {msg}")
+            return ValueError(f"{type(self).__name__}.{f}: {msg}")
 
-        for f in ("steps", "questions_per_step", "group_size", "max_turns", "max_new_tokens", "max_total_tokens",
-                  "micro_batch_size", "lora_r", "lora_alpha"):
-            if getattr(self, f) < 1:
-                raise bad(f, f"must be >= 1, got {getattr(self, f)}")
-        for f in ("eval_limit", "eval_every", "save_every", "keep_checkpoints"):
-            if getattr(self, f) < 0:
-                raise bad(f, f"must be >= 0, got {getattr(self, f)}")
-        if self.lr <= 0:
-            raise bad("lr", f"must be > 0, got {self.lr}")
+        if self.group_size < 2:
+            raise bad("group_size", f"GRPO-family advantages compare rollouts of one question; use >= 2, got {self.group_size}")
+        for f, rule in self.RANGES.items():
+            error = range_error(getattr(self, f), rule)
+            if error:
+                raise bad(f, error)
         if self.init_adapter_merge and not self.init_adapter:
             raise bad("init_adapter_merge", "needs init_adapter (the adapter to merge into the base weights)")
-        if self.grad_clip < 0:
-            raise bad("grad_clip", f"must be >= 0 (0 = no clipping), got {self.grad_clip}")
+        from workbench.rl.data_stream import CURRICULA
+
         if self.curriculum not in CURRICULA:
             raise bad("curriculum", f"{self.curriculum!r} is not one of {CURRICULA}")
         self.hop_repeats = {str(h): t for h, t in dict(self.hop_repeats or {}).items()}  # JSON keys are strings
@@ -236,10 +245,6 @@ class TrainConfig:
             if not str(hops).isdigit() or isinstance(times, bool) or not isinstance(times, int) or times < 1:
                 raise bad("hop_repeats", f"{{{hops!r}: {times!r}}}: give hop counts and whole numbers >= 1, "
                                          'e.g. {"3": 3, "4": 3}')
-        if not 0.0 <= self.max_failed_share <= 1.0:
-            raise bad("max_failed_share", f"must be in [0, 1], got {self.max_failed_share}")
-        if self.group_size < 2:
-            raise bad("group_size", f"GRPO-family advantages compare rollouts of one question; use >= 2, got {self.group_size}")
         if self.corpus in ("pooled", "per-question"):
             if self.dataset == "world":
                 raise bad("corpus", f"{self.corpus!r} builds the corpus from a dataset file's own paragraphs; the world "
@@ -280,7 +285,7 @@ class TrainConfig:
         if self.server and self.rollout_backend != "openai":
             raise bad("server", f"a server URL is only used with rollout_backend='openai' (got {self.rollout_backend!r}); "
                       "add --rollout-backend openai or drop --server")
-        from workbench.rollout.backends.quant import ENGINES
+        from workbench.rollout.backends import ENGINES
 
         if self.rollout_engine not in ENGINES:
             raise bad("rollout_engine", f"{self.rollout_engine!r} is not one of {ENGINES}")
@@ -301,6 +306,8 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ derived
     def loss_config(self) -> LossConfig:
+        from workbench.rl.config import get_loss_config
+
         over = dict(self.loss_overrides)
         over.setdefault("group_size", self.group_size)
         if over.get("agg", get_loss_config(self.preset).agg) == "seq-mean-token-sum-norm":
@@ -313,6 +320,8 @@ class TrainConfig:
         return get_loss_config(self.preset, **over)
 
     def rollout_config(self, seed: int, greedy: bool = False, group_size: int | None = None) -> RolloutConfig:
+        from workbench.rollout.engine import RolloutConfig
+
         return RolloutConfig(
             group_size=group_size or self.group_size, max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
             max_total_tokens=self.max_total_tokens, temperature=0.0 if greedy else self.temperature,
@@ -430,3 +439,38 @@ def check_parts(config: TrainConfig, parts: RunParts) -> bool:
                          "stage switching applies to staged rewards such as when_to_search (drop stage_switch_step / "
                          "stage_switch_searches)")
     return staged
+
+
+@dataclass
+class SFTConfig(TrainConfig):
+    """A :class:`TrainConfig` (model, protocol, LoRA, evaluation, checkpoints) plus the SFT data.
+
+    ``steps`` are optimizer steps of ``batch_size`` trajectories; ``group_size`` and
+    ``temperature`` are those of rejection sampling.
+    """
+
+    traces: list[str] = field(default_factory=list)
+    """Trajectories to imitate: run directories (``workbench expert`` / ``eval`` runs) or Parquet files."""
+    rejection_questions: int = 0
+    """Training questions the initial policy rolls out for rejection sampling (0 = none)."""
+    trace_hops: list[int] | None = None
+    """Only trajectories of questions with these hop counts (None = all)."""
+    max_traces: int = 0
+    """At most this many trajectories from ``traces`` (the first ones; 0 = all)."""
+    batch_size: int = 8
+    """Trajectories per optimizer step."""
+    lr: float = 1e-4  # LoRA SFT; the RL default (2e-5) moves a cold start too slowly on CPU budgets
+
+    #: A method's RL learning rate is not SFT's: SFT keeps its own ``lr``.
+    KEEPS_OWN: ClassVar[tuple[str, ...]] = ("lr",)
+    SECTIONS: ClassVar[dict[str, tuple[str, ...]]] = {
+        **TrainConfig.SECTIONS, "sft": ("traces", "rejection_questions", "trace_hops", "max_traces", "batch_size")}
+
+    RANGES: ClassVar[dict[str, str]] = {**TrainConfig.RANGES, "rejection_questions": ">= 0", "max_traces": ">= 0",
+                                         "batch_size": ">= 1"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.traces and not self.rejection_questions:
+            raise ValueError("SFTConfig: no data; give traces (e.g. a `workbench expert` run directory) "
+                             "and/or rejection_questions > 0")

@@ -50,7 +50,7 @@ from workbench.rl.batch import RLBatch, build_batch, empty_batch
 from workbench.rl.checkpoint import LATEST, STATE_FILE, checkpoint_dir, latest_checkpoint, seed_everything  # noqa: F401 (re-exported)
 from workbench.rl.checkpoint import load_checkpoint as _load_checkpoint
 from workbench.rl.checkpoint import save_checkpoint as _save_checkpoint
-from workbench.rl.data_stream import DataStream, repeat_by_hops, split_examples
+from workbench.rl.data_stream import CURRICULA, DataStream, repeat_by_hops, split_examples  # noqa: F401 (CURRICULA re-exported)
 from workbench.rl.distributed import all_reduce_grads, all_reduce_sum, maybe_init_distributed
 from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported)
     FailedRewardsError,
@@ -66,7 +66,7 @@ from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported
     write_step,
 )
 from workbench.rl.trackers import Trackers
-from workbench.rl.train_config import CURRICULA, RunParts, TrainConfig, check_parts  # noqa: F401 (re-exported)
+from workbench.rl.train_config import RunParts, TrainConfig, check_parts  # noqa: F401 (re-exported)
 from workbench.rl.update import run_update
 from workbench.rollout.engine import rollout
 from workbench.storage.runs import Run, open_run

@@ -17,15 +17,21 @@ trainer, the benchmarks):
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
-from workbench.rollout.backends.base import Backend, Generation, SamplingParams
-from workbench.rollout.backends.openai import OpenAIBackend
-from workbench.rollout.backends.scripted import ScriptedBackend
-from workbench.rollout.backends.vllm import VLLMBackend
+from workbench.rollout.backends.base import ENGINES, Backend, Generation, SamplingParams
 
 BACKEND_KINDS = ("hf", "vllm", "openai")
+#: backends loaded on first use (an HTTP client, vLLM's wrapper): ``from workbench.rollout.backends import X`` works
+_LAZY = {"OpenAIBackend": "openai", "ScriptedBackend": "scripted", "VLLMBackend": "vllm"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'workbench.rollout.backends' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"workbench.rollout.backends.{_LAZY[name]}"), name)
 
 
 def make_backend(kind: str = "hf", model: Any = None, *, tokenizer: Any = None, engine: str = "fp32",
@@ -59,6 +65,8 @@ def make_backend(kind: str = "hf", model: Any = None, *, tokenizer: Any = None, 
             return GraphBackend(model, tokenizer, **kw)
         return (QuantBackend if engine == "int4" else HFBackend)(model, tokenizer, **kw)
     if kind == "vllm":
+        from workbench.rollout.backends.vllm import VLLMBackend
+
         return VLLMBackend(model, tokenizer=tokenizer, **kw)
     if kind == "openai":
         if "base_url" not in kw:
@@ -67,12 +75,15 @@ def make_backend(kind: str = "hf", model: Any = None, *, tokenizer: Any = None, 
             from workbench.core.models import DEFAULT_MODEL
 
             model = DEFAULT_MODEL
+        from workbench.rollout.backends.openai import OpenAIBackend
+
         return OpenAIBackend(model=model, tokenizer=tokenizer, **kw)
     raise ValueError(f"unknown backend kind {kind!r}; valid kinds: {', '.join(BACKEND_KINDS)}")
 
 
 __all__ = [
     "BACKEND_KINDS",
+    "ENGINES",
     "Backend",
     "Generation",
     "OpenAIBackend",

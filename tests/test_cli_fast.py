@@ -1,0 +1,95 @@
+"""The command line answers at once: ``workbench --help``, every ``workbench CMD --help`` and argument errors cost
+at most 0.5 CPU-seconds and 120 MB, because no command imports torch, transformers, peft, panel or pandas before it
+needs them. Each is run in a child process that reports its own CPU time, peak memory and the heavy modules it
+loaded, so a heavy import that sneaks back is named."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workbench.apps.cli import COMMANDS
+
+CPU_SECONDS = 0.5
+PEAK_MB = 120
+HEAVY = ("torch", "transformers", "peft", "panel", "bokeh", "pandas", "pyarrow", "duckdb", "chromadb", "bm25s",
+         "sentence_transformers", "papermill", "plotly")
+
+CHILD = r"""
+import json, resource, sys, time
+argv = json.loads(sys.argv[1])
+from workbench.apps.cli import main
+import contextlib, io
+out = io.StringIO()
+try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main(argv)
+except SystemExit as e:
+    rc = e.code
+heavy = sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)
+# VmHWM: this process's own peak (ru_maxrss carries the parent's peak across exec on Linux)
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+peak = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"rc": rc, "cpu": time.process_time(), "peak_mb": peak, "heavy": heavy, "out": out.getvalue()}))
+"""
+
+
+def _run(argv: list[str]) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv), json.dumps(HEAVY)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _check(argv: list[str], rc: int) -> dict:
+    got = _run(argv)
+    assert got["rc"] == rc, got
+    assert not got["heavy"], f"workbench {' '.join(argv)} imported {got['heavy']} before it needed them"
+    assert got["cpu"] <= CPU_SECONDS, f"workbench {' '.join(argv)}: {got['cpu']:.2f} CPU-s"
+    assert got["peak_mb"] <= PEAK_MB, f"workbench {' '.join(argv)}: {got['peak_mb']:.0f} MB"
+    return got
+
+
+def test_the_top_level_help_is_light():
+    got = _check(["--help"], 0)
+    assert all(name in got["out"] for name in COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_each_commands_help_is_light(command):
+    got = _check([command, "--help"], 0)
+    assert f"usage: workbench {command}" in got["out"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["dashboard", "--port", "70000"],
+    ["train", "--steps", "0"],
+    ["train", "--temperature", "-1"],
+    ["train", "--top-p", "5"],
+    ["sft", "--batch-size", "0"],
+    ["eval", "--method", "direct", "--limit", "0"],
+    ["eval", "--method", "direct", "--rollout-engine", "int8"],
+    ["eval"],
+    ["demo", "--limit", "0"],
+    ["train", "--no-such-flag"],
+    ["no-such-command"],
+], ids=lambda a: "-".join(a).replace("--", ""))
+def test_argument_errors_are_light(argv):
+    got = _check(argv, 2)
+    assert "error" in got["out"]
+
+
+def test_the_parser_for_one_command_builds_only_that_commands_flags():
+    from workbench.apps.cli import build_parser, command_word
+
+    assert command_word(["-v", "train", "--steps", "2"]) == "train" and command_word(["--help"]) is None
+    sub = next(a for a in build_parser(only="eval")._actions if a.dest == "command")
+    assert any(a.dest == "limit" for a in sub.choices["eval"]._actions)
+    assert not any(a.dest == "steps" for a in sub.choices["train"]._actions)
+    full = next(a for a in build_parser()._actions if a.dest == "command")  # the docs' reference: every command
+    assert any(a.dest == "steps" for a in full.choices["train"]._actions)
