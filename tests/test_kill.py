@@ -3,9 +3,10 @@ every file left in the run directory opens, leftover ``.*.tmp`` files are ignore
 ``open_run`` once stale, and ``workbench train --resume`` continues from the newest checkpoint.
 
 Each kill must land while the command runs (the training run's between two checkpoints, before its last).
-Bounded: two eval kills, two training kills and one resumed step (about two minutes on one thread). The
-training run is tiny and cheap on purpose: the ``direct`` protocol (short prompts), the ``dspo`` reward (no
-encoder) and ``kl_coef`` 0 (no reference pass).
+Bounded: two eval kills, two training kills and one resumed step (under a minute on one thread). The training
+run is tiny and cheap on purpose: the random-init model of the default architecture (``tiny_model``: what is
+checked is the run's files and the resume, not what it learns), the ``direct`` protocol (short prompts), the
+``dspo`` reward (no encoder) and ``kl_coef`` 0 (no reference pass), with more steps than any kill window allows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS
        "HF_HUB_OFFLINE": "1"}
 # more work than the kill windows below allow, so every kill lands while the command runs (asserted)
 EVAL = ["eval", "--method", "direct", "--limit", "60", "--no-progress"]
-TRAIN = ["train", "--steps", "8", "--questions-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
+TRAIN = ["train", "--steps", "400", "--questions-per-step", "2", "--group-size", "2", "--max-new-tokens", "16",
          "--max-turns", "2", "--save-every", "1", "--protocol", "direct", "--reward", "dspo",
          "--loss-overrides", '{"kl_coef": 0}', "--no-progress"]
 
@@ -120,14 +121,15 @@ def test_killed_eval_leaves_only_readable_files(tmp_path):
             check_run(run_dir)
 
 
-def test_killed_training_resumes_from_its_newest_checkpoint(tmp_path):
+def test_killed_training_resumes_from_its_newest_checkpoint(tmp_path, tiny_model):
     from workbench.rl.checkpoint import latest_checkpoint
     from workbench.storage.runs import open_run
 
+    train = [*TRAIN, "--model", tiny_model]
     rng = random.Random(SEED + 1)
-    # a kill at a random early moment (loading, first rollout or first update)
+    # a kill at a random early moment (loading, the first steps' rollouts and updates)
     root = tmp_path / "early"
-    proc = start([*TRAIN, "--out", str(root)], tmp_path / "early.log")
+    proc = start([*train, "--out", str(root)], tmp_path / "early.log")
     time.sleep(rng.uniform(2.0, 15.0))
     kill9(proc, tmp_path / "early.log")
     for run_dir in runs_in(root):
@@ -136,7 +138,7 @@ def test_killed_training_resumes_from_its_newest_checkpoint(tmp_path):
     # a kill at a random moment after the first checkpoint
     root = tmp_path / "late"
     log = tmp_path / "late.log"
-    proc = start([*TRAIN, "--out", str(root)], log)
+    proc = start([*train, "--out", str(root)], log)
     has_checkpoint = lambda: any(latest_checkpoint(d) is not None for d in runs_in(root))  # noqa: E731
     assert wait_for(has_checkpoint, proc, 240), log.read_text(errors="replace")[-3000:]
     time.sleep(rng.uniform(0.0, 8.0))

@@ -162,6 +162,23 @@ def engines(policy, one_thread):
     model = peft_model.unload()  # the session's model without the LoRA layers again
 
 
+@pytest.fixture(scope="module")
+def greedy(engines):
+    """The greedy continuations of the 6 agent prompts by both engines, with the adapter and without: generated once
+    (each engine on its own caches, int4's cleared first), read by every test that compares them."""
+    from workbench.eval.adapters import adapter_state
+
+    peft_model, fp32, int4 = engines
+    prompts = _prompts(fp32.tokenizer)
+    out = {}
+    for trained in (False, True):
+        with adapter_state(peft_model, trained):
+            int4.clear_cache()
+            out["fp32", trained] = fp32.generate(prompts, GREEDY)
+            out["int4", trained] = int4.generate(prompts, GREEDY)
+    return prompts, out
+
+
 def _prompts(tok) -> list[list[int]]:
     """Turn 0 of the search agent on 6 dev questions of the world, as the eval and the demo build it."""
     from workbench.data.world import load_world
@@ -185,13 +202,13 @@ def _agreement(a, b) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("trained", [False, True], ids=["base", "adapter"])
-def test_int4_tokens_and_logprobs_agree_with_fp32(engines, trained):
+def test_int4_tokens_and_logprobs_agree_with_fp32(engines, greedy, trained):
     from workbench.eval.adapters import adapter_state
 
-    peft_model, fp32, int4 = engines
-    prompts = _prompts(fp32.tokenizer)
+    peft_model, fp32, _ = engines
+    prompts, out = greedy
+    a, b = out["fp32", trained], out["int4", trained]
     with adapter_state(peft_model, trained):
-        a, b = fp32.generate(prompts, GREEDY), int4.generate(prompts, GREEDY)
         ties = _tie_gaps(peft_model, prompts, a, b)
     share, gap = _agreement(a, b)
     assert share >= AGREEMENT[trained], (share, [fp32.tokenizer.decode(g.token_ids) for g in a + b])
@@ -214,18 +231,11 @@ def _tie_gaps(model, prompts, a, b) -> list[float]:
     return gaps
 
 
-def test_the_adapter_is_applied_as_fp32_applies_it(engines):
+def test_the_adapter_is_applied_as_fp32_applies_it(greedy):
     """The adapter changes the int4 engine's continuations as it changes fp32's: with it, int4 follows fp32 with it;
     without it, int4 follows fp32 without it; and the two differ."""
-    from workbench.eval.adapters import adapter_state
-
-    peft_model, fp32, int4 = engines
-    prompts = _prompts(fp32.tokenizer)
-    out = {}
-    for trained in (False, True):
-        with adapter_state(peft_model, trained):
-            out["fp32", trained] = [g.token_ids for g in fp32.generate(prompts, GREEDY)]
-            out["int4", trained] = [g.token_ids for g in int4.generate(prompts, GREEDY)]
+    prompts, gens = greedy
+    out = {key: [g.token_ids for g in value] for key, value in gens.items()}
     assert out["fp32", True] != out["fp32", False]  # the adapter matters on these prompts
     for trained in (False, True):
         same = sum(x[:6] == y[:6] for x, y in zip(out["fp32", trained], out["int4", trained]))
@@ -255,17 +265,17 @@ def test_the_lean_decode_step_gives_the_models_own_tokens_and_logprobs(engines):
     assert LeanDecode.build(torch.nn.Linear(4, 4)) is None  # anything else steps through its own forward
 
 
-def test_shared_prompt_prefix_is_prefilled_once(engines):
+def test_shared_prompt_prefix_is_prefilled_once(engines, greedy):
     """The agent prompts share the system prompt and the demonstration: prefilled once for the batch, the rest of
-    each prompt after it, with the same continuations as fp32's full prefills."""
-    _, fp32, int4 = engines
-    prompts = _prompts(fp32.tokenizer)
+    each prompt after it, with the same continuations as fp32's full prefills (with the adapter, as attached)."""
+    _, _, int4 = engines
+    prompts, out = greedy
     common = _common(prompts)
     int4.clear_cache()
     before = int4.stats["shared_prefix_tokens"]
     b = int4.generate(prompts, GREEDY)
     assert int4.stats["shared_prefix_tokens"] - before == common * (len(prompts) - 1) and common > 200
-    assert _agreement(fp32.generate(prompts, GREEDY), b)[0] >= AGREEMENT[True]
+    assert _agreement(out["fp32", True], b)[0] >= AGREEMENT[True]
 
 
 def _common(prompts: list[list[int]]) -> int:

@@ -28,8 +28,8 @@
 # train only).
 #
 # DEVICE=cpu is a dry run on a machine without a GPU (tests/test_gpu_suite.py runs it): every stage at a toy size
-# (the profile and the suite on their 2-layer --tiny configs, 2 questions an eval, one RL step of one question x 2
-# samples), so the script is checked end to end except for CUDA itself.
+# (the profile and the suite on their 2-layer --tiny configs, 2 questions an eval, turns of 2 x 24 tokens, one RL
+# step of one question x 2 samples), so the script is checked end to end except for CUDA itself.
 set -u
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 STAGES=${STAGES:-profile,eval,train,suite}
@@ -42,7 +42,10 @@ PY=${PY:-python3}
 DEVICE=${DEVICE:-cuda}
 if [ "$DEVICE" = cpu ]; then DRY=(--tiny); STEPS=${STEPS:-1} LIMIT=${LIMIT:---limit 2} QPS=${QPS:-1} GROUP=${GROUP:-2}
   PROFILE_N=${PROFILE_N:-2} SUITE_MODELS=${SUITE_MODELS:-tiny}
-else DRY=(); fi
+  # toy turns too (the wiring is what a dry run checks): under the adapters' trained budget, so said as an override
+  TURNS=${TURNS:-2} TOKENS=${TOKENS:-24} OVERRIDE=(--override-adapter)
+else DRY=(); OVERRIDE=(); fi
+TURNS=${TURNS:-4}; TOKENS=${TOKENS:-64}
 STEPS=${STEPS:-8}; LIMIT=${LIMIT:-}; QPS=${QPS:-3}; GROUP=${GROUP:-8}; PROFILE_N=${PROFILE_N:-24}
 BUDGET=${BUDGET:-480}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -75,7 +78,7 @@ timed ${PROFILE_LIMIT:-90} profile $PY bench/gpu/rollout_profile.py --model-dir 
   --out "$OUT/rollout_profile.json"
 fi
 
-RECIPE=(--max-turns 4 --max-new-tokens 64 --no-progress)
+RECIPE=(--max-turns "$TURNS" --max-new-tokens "$TOKENS" "${OVERRIDE[@]}" --no-progress)
 EVAL=(eval --model "$GGUF" --device "$DEVICE" --method search_r1+lora --split test
       --protocol-kwargs '{"observation_mode": "chat"}' "${RECIPE[@]}")
 
