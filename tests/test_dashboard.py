@@ -92,6 +92,15 @@ def _broken_copy(runs_root: Path, tmp_path: Path) -> Path:
 # --------------------------------------------------------------------------- queries
 
 
+def test_the_runs_table_counts_training_steps_not_eval_rows(tmp_path):
+    """A 2-step run with held-out rows at steps 0 and 2 and validation rows beside them is a 2-step run."""
+    t = Run.create(tmp_path, kind="train", run_id="20261122-120000-train-e", config={"model": "m"})
+    for row in ({"step": 0, "eval_cem": 0.1}, {"step": 0, "val_cem": 0.1}, {"step": 1, "reward_mean": 0.3},
+                {"step": 2, "reward_mean": 0.4}, {"step": 2, "eval_cem": 0.2}, {"step": 2, "val_cem": 0.3}):
+        t.append_step_metrics(row)
+    assert q.runs_table(tmp_path).set_index("run_id").loc[t.path.name, "steps"] == 2
+
+
 def test_runs_table_one_row_per_run(runs_root):
     df = q.runs_table(runs_root).set_index("run_id")
     assert list(df.index) == [RUN_T, RUN_B, RUN_A]  # newest first

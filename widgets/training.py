@@ -58,3 +58,34 @@ def phase_times(rows: Sequence[dict[str, Any]]) -> go.Figure:
             fig.add_bar(x=xs, y=ys, name=k.removeprefix("time_").removesuffix("_s"))
     fig.update_layout(barmode="stack", title="Seconds per step by phase", xaxis_title="step", yaxis_title="s", height=350)
     return fig
+
+
+def health_figure(rows: Sequence[dict[str, Any]], title: str = "Health") -> go.Figure:
+    """The health strip of a run (``health.jsonl`` rows, ``workbench.rl.health``): each signal that has a reference,
+    as its ratio to that reference over the steps (1 = as at the start; red below, blue above), with an × where an
+    alarm fired."""
+    signals = sorted({k for r in rows for k in r.get("reference", {})})
+    steps = [r["step"] for r in rows]
+    z, text = [], []
+    for sig in signals:
+        line, words = [], []
+        for r in rows:
+            v, ref = r.get("signals", {}).get(sig), r.get("reference", {}).get(sig)
+            ratio = v / ref if isinstance(v, (int, float)) and isinstance(ref, (int, float)) and ref else None
+            line.append(None if ratio is None else min(ratio, 3.0))
+            words.append("" if v is None else f"{sig} {v:.3g} (start {ref:.3g})" if ref is not None else f"{v:.3g}")
+        z.append(line)
+        text.append(words)
+    fig = go.Figure()
+    if signals:
+        fig.add_heatmap(x=steps, y=signals, z=z, text=text, hoverinfo="text", zmin=0, zmid=1, zmax=2,
+                        colorscale="RdBu", colorbar={"title": "÷ start"})
+    fired = [(r["step"], a.get("signal"), a.get("name"), a.get("text", "")) for r in rows for a in r.get("fired", [])]
+    if fired:
+        fig.add_scatter(x=[f[0] for f in fired], y=[f[1] for f in fired], mode="markers+text",
+                        marker={"symbol": "x", "size": 14, "color": "black"}, text=[f[2] for f in fired],
+                        textposition="top center", hovertext=[f[3] for f in fired], hoverinfo="text", name="alarm")
+    fig.update_xaxes(title_text="step", dtick=1)
+    fig.update_layout(title=title + (f": {len(fired)} alarm(s)" if fired else ": no alarm"),
+                      height=140 + 28 * max(1, len(signals)), showlegend=False)
+    return fig

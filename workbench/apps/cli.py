@@ -361,7 +361,17 @@ def train_command(args: argparse.Namespace) -> int:
             b, a = m["eval_before"], m["eval_after"]
             print(f"held-out: reward {b['eval_reward_mean']:.3f} -> {a['eval_reward_mean']:.3f}, "
                   f"cover-EM {b['eval_cem']:.3f} -> {a['eval_cem']:.3f}, F1 {b['eval_f1']:.3f} -> {a['eval_f1']:.3f}")
-        print(f"run: {run.path}  (adapter: {run.path / 'checkpoints'}; curves: workbench dashboard)")
+        for alarm in m.get("alarms", []):
+            print(f"alarm {alarm['name']} at step {alarm['step']}: {alarm['text']}")
+        if "stopped_by_alarm" in m:
+            print(f"stopped at step {m['stopped_by_alarm']['step']} by alarm {m['stopped_by_alarm']['name']} "
+                  "(--stop-on-alarm)")
+        if "best" in m:
+            b = m["best"]
+            print(f"adapter: {run.path / 'checkpoints' / 'best'} (step {b['step']}, validation {b['metric']} "
+                  f"{b['value']:.3f}; the last step's beside it in {run.path / 'checkpoints'})")
+        print(f"run: {run.path}  (adapter: {run.path / 'checkpoints'}; curves: workbench dashboard; what happened: "
+              f"workbench report {run.path})")
     return 0
 
 
@@ -563,6 +573,34 @@ def sft_command(args: argparse.Namespace) -> int:
             print(f"held-out {when}: " + ", ".join(f"{h}-hop cover-EM {v['cem']:.3f} (n={v['n']})" if h != "all" else
                                                    f"all {v['cem']:.3f} (n={v['n']})" for h, v in by.items()))
     print(f"run: {run.path}  (RL from it: workbench train --method {cfg.method or '...'} --init-adapter {run.path})")
+    return 0
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (
+        "examples:\n"
+        "  workbench report runs/20261202-...-grpo-dynasearcher-...\n"
+        "  workbench report RUN --json | jq .alarms\n"
+        "start against end: behaviour by hop count (searches, answered, format, out of turns), held-out questions\n"
+        "fixed and broken, the reward components that moved, the health alarms and their steps, the validation\n"
+        "rounds and the kept checkpoint; the question that changed most is written side by side to\n"
+        "RUN/report/changed_most.html."
+    )
+    p.add_argument("run", metavar="RUN", help="a training run directory (workbench train writes one)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from workbench.eval.run_report import format_report, run_report
+
+    if not Path(args.run).is_dir():
+        raise FileNotFoundError(f"{args.run}: no such run directory (give a directory workbench train wrote)")
+    r = run_report(args.run)
+    print(json.dumps(r, indent=1, default=str) if args.json else format_report(r))
     return 0
 
 
@@ -842,6 +880,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "train": (_train_command_args, train_command, "LoRA RL training (GRPO, DAPO, GSPO, DSPO, Dr. GRPO) of a search agent; writes a run"),
     "expert": (_expert_args, expert_command, "expert trajectories of the world's questions for a method's protocol; writes a run"),
     "sft": (_sft_args, sft_command, "LoRA SFT on expert traces and rejection samples (the cold start before RL); writes a run"),
+    "report": (_report_args, report_command,
+               "what happened in a training run: start against end by hop count, questions fixed and broken, alarms"),
     "methods": (_methods_args, methods_command, "list the published methods (protocol, tools, reward, optimizer, paper)"),
     "world": (_world_args, world, "build (or load from cache) the synthetic world and print its statistics"),
     "dashboard": (_dashboard_args, dashboard, "serve the Panel dashboard over runs/ on 127.0.0.1 (or --static FILE)"),

@@ -241,7 +241,19 @@ def _training_section(runs_dir: Path):
     if not names:
         return _box(f"No training runs (no <code>metrics.jsonl</code>) under <code>{html.escape(str(runs_dir))}</code>.",
                     "info")
-    return pn.Column(_plot(curves_figure(curves, names)), sizing_mode="stretch_width")
+    return pn.Column(_plot(curves_figure(curves, names)), *_health_part(runs_dir), sizing_mode="stretch_width")
+
+
+def _health_part(runs_dir: Path) -> list[Any]:
+    """The training runs' health alarms (``health.jsonl``), one row each, under the curves."""
+    pn = _pn()
+    alarms = q.health_alarms(runs_dir)
+    head = pn.pane.Markdown("### Health alarms")
+    if alarms.empty:
+        return [head, pn.pane.Alert("No health alarm fired in any training run (searches, answers, format, turns, "
+                                    "the rollout-trainer logprob gap and the learning signal are watched each step).",
+                                    alert_type="success")]
+    return [head, _table(alarms)]
 
 
 def _breakdown_section(runs_dir: Path):

@@ -558,6 +558,24 @@ def training_curves(runs_dir: str | os.PathLike) -> pd.DataFrame:
     return _with_status(pd.DataFrame(out, columns=CURVE_COLUMNS), runs_dir)
 
 
+HEALTH_COLUMNS = ["run_id", "step", "alarm", "what happened", "what it may mean"]
+
+
+def health_alarms(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Every health alarm of every training run (``health.jsonl``: ``workbench.rl.health``), newest run first:
+    run_id, step, alarm, what happened (the numbers), what it may mean; and the run's ``status``."""
+    from workbench.rl.health import read_health
+
+    out = []
+    for d in run_dirs(runs_dir):
+        for row in read_health(d):
+            for a in row.get("fired", []):
+                if isinstance(a, dict):
+                    out.append((d.name, row["step"], str(a.get("name", "")), str(a.get("text", "")),
+                                str(a.get("says", ""))))
+    return _with_status(pd.DataFrame(out, columns=HEALTH_COLUMNS), runs_dir)
+
+
 def curve_metrics(curves: pd.DataFrame) -> list[str]:
     """Metric names present in a :func:`training_curves` frame, ``reward_mean`` first when present."""
     names = sorted(curves["metric"].unique()) if len(curves) else []
@@ -660,7 +678,9 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path |
             steps, err = read_step_metrics(d / STEP_METRICS)
             if err:
                 errors.append(err)
-            row["steps"] = len(steps)
+            # training steps only: a held-out (eval_*) or validation (val_*) row shares its step number
+            row["steps"] = len({s.get("step", i) for i, s in enumerate(steps)
+                                if not any(str(k).startswith(("eval_", "val_")) for k in s)})
             rewards = [_number(s.get("reward_mean")) for s in steps]
             rewards = [r for r in rewards if r is not None]
             row["reward_mean"] = rewards[-1] if rewards else None

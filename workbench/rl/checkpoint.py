@@ -35,6 +35,10 @@ STATE_TENSORS = "trainer_state.safetensors"
 LEGACY_STATE = "trainer_state.pt"
 STATE_FILE = STATE_JSON  # the file whose presence marks a complete checkpoint
 LATEST = "latest"
+BEST = "best"
+"""``checkpoints/best``: the adapter of the best validation round (``TrainConfig.keep_best``), the run's adapter."""
+SELECTION_FILE = "selection.json"
+"""Beside the best adapter: which step it is and why (:func:`selection_note`)."""
 FORMAT = "workbench-trainer-state"
 VERSION = 1
 
@@ -150,6 +154,13 @@ def read_state(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     return js, tensors
 
 
+def selection_note(best: dict[str, Any]) -> dict[str, Any]:
+    """What ``selection.json`` and ``metrics.json`` say of the kept checkpoint: step, metric, value, and why."""
+    return {"step": best["step"], "metric": best["metric"], "value": best["value"],
+            "why": f"the best greedy validation {best['metric']} ({best['value']:.3f} on {best.get('n', '?')} questions "
+                   "set aside from the training split) of the rounds every eval_every steps (keep_best)"}
+
+
 def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
 
@@ -175,7 +186,7 @@ def save_checkpoint(trainer: Any) -> Path | None:
     tensors.update(rng_t)
     write_state(tmp, {"step": trainer.step, "opt_step": trainer.opt_step, "stage": trainer.stage,
                       "optimizer": opt_js, "rng": rng_js, "data": cursors, "world_size": trainer.world_size,
-                      "config": trainer.config.to_dict()}, tensors)
+                      "config": trainer.config.to_dict(), "best": getattr(trainer, "best", None)}, tensors)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -197,6 +208,7 @@ def load_checkpoint(trainer: Any, path: str | os.PathLike) -> None:
     load_optimizer_state(trainer.optimizer, js["optimizer"], tensors)
     trainer.step, trainer.opt_step, trainer.stage = int(js["step"]), int(js["opt_step"]), int(js["stage"])
     trainer.data.load_state_dict(js["data"][trainer.rank])
+    trainer.best = js.get("best")  # keep_best's state (None in a checkpoint from before it)
     set_rng_state(js["rng"], tensors)
 
 

@@ -101,3 +101,15 @@ def split_examples(config: Any, world: Any, examples: Sequence[Example] | None,
         raise ValueError(f"{len(leaked)} held-out questions are also training questions (e.g. {leaked[0]!r}); "
                          "use a different eval_split")
     return train, held
+
+
+def carve_validation(train: Sequence[Example], n: int, seed: int) -> tuple[list[Example], list[Example]]:
+    """``(train, validation)``: ``n`` of the training questions, drawn by ``seed`` and kept in their order, set aside
+    (``TrainConfig.val_questions``), so the adapter can be chosen on questions that are neither trained on nor the
+    reported held-out ones. Raises ``ValueError`` when too few would be left to train on."""
+    if n <= 0:
+        return list(train), []
+    if n >= len(train):
+        raise ValueError(f"TrainConfig.val_questions {n}: only {len(train)} training questions; set aside fewer")
+    picked = set(np.random.default_rng([seed, 7]).choice(len(train), size=n, replace=False).tolist())
+    return [e for i, e in enumerate(train) if i not in picked], [e for i, e in enumerate(train) if i in picked]

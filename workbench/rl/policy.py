@@ -184,13 +184,16 @@ def default_target_modules(model: nn.Module, include_mlp: bool = False) -> list[
 
 # ---------------------------------------------------------------------------- the policy
 def adapter_dir(path: str | os.PathLike) -> Path:
-    """The adapter directory ``path`` names: itself when it holds ``adapter_model.safetensors``, else
-    the newest checkpoint of the run directory ``path`` (an SFT or RL run)."""
-    from workbench.rl.checkpoint import latest_checkpoint
+    """The adapter directory ``path`` names: itself when it holds ``adapter_model.safetensors``, else the run
+    directory ``path``'s adapter (an SFT or RL run): its kept best checkpoint (``checkpoints/best``, where the run
+    chose one by validation: ``TrainConfig.keep_best``), else its newest checkpoint."""
+    from workbench.rl.checkpoint import BEST, latest_checkpoint
 
     p = Path(path)
     if (p / ADAPTER_WEIGHTS).exists():
         return p
+    if (p / "checkpoints" / BEST / ADAPTER_WEIGHTS).exists():
+        return p / "checkpoints" / BEST
     ck = latest_checkpoint(p) if p.is_dir() else None
     if ck is not None and (ck / ADAPTER_WEIGHTS).exists():
         return ck

@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # the command line reads this module for its flags: nothing h
     from workbench.rollout.engine import RolloutConfig
 
 DEFAULT_PROTOCOL_KWARGS: dict[str, Any] = {"observation_mode": "chat"}
+#: ``TrainConfig.keep_best``'s metrics: the validation round's greedy cover-EM, F1, EM or mean reward.
+KEEP_BEST = ("cem", "f1", "em", "reward")
 
 
 @dataclass
@@ -48,7 +50,7 @@ class TrainConfig:
         "agent": ("method", "model", "protocol", "protocol_kwargs", "device"),
         "data": ("dataset", "split", "question_types", "curriculum", "hop_repeats", "retriever", "corpus", "index",
                  "query_prefix", "pooling"),
-        "evaluation": ("eval_split", "eval_limit", "eval_every"),
+        "evaluation": ("eval_split", "eval_limit", "eval_every", "val_questions", "keep_best", "early_stop"),
         "rollout": ("questions_per_step", "group_size", "max_turns", "max_new_tokens", "max_total_tokens",
                     "temperature", "top_p", "rollout_backend", "rollout_engine", "server", "rollout_kwargs"),
         "rewards": ("reward", "reward_params", "reward_weights", "stage_switch_step", "stage_switch_searches",
@@ -56,6 +58,7 @@ class TrainConfig:
         "optimization": ("preset", "loss_overrides", "steps", "lr", "weight_decay", "grad_clip", "micro_batch_size",
                          "micro_batching", "gradient_checkpointing", "amp", "tis_cap", "seed"),
         "lora": ("lora_r", "lora_alpha", "lora_dropout", "target_modules", "init_adapter", "init_adapter_merge"),
+        "health": ("stop_on_alarm", "health_rules", "health_reference_steps"),
         "output": ("save_every", "keep_checkpoints", "report_to"),
     }
 
@@ -65,7 +68,8 @@ class TrainConfig:
         **dict.fromkeys(("steps", "questions_per_step", "group_size", "max_turns", "max_new_tokens",
                          "max_total_tokens", "micro_batch_size", "lora_r", "lora_alpha"), ">= 1"),
         **dict.fromkeys(("eval_limit", "eval_every", "save_every", "keep_checkpoints", "grad_clip", "weight_decay",
-                         "temperature"), ">= 0"),
+                         "temperature", "val_questions", "early_stop"), ">= 0"),
+        "health_reference_steps": ">= 1",
         "group_size": ">= 2", "lr": "> 0", "top_p": "(0, 1]", "lora_dropout": "[0, 1)", "max_failed_share": "[0, 1]",
     }
 
@@ -101,7 +105,17 @@ class TrainConfig:
     eval_limit: int = 0
     """Held-out questions evaluated greedily at step 0, every ``eval_every`` steps and at the end (0 = none)."""
     eval_every: int = 0
-    """Evaluate every this many steps (0 = only before and after training)."""
+    """Evaluate every this many steps (0 = only before and after training): the held-out questions (``eval_limit``)
+    and the validation questions (``val_questions``)."""
+    val_questions: int = 0
+    """Training questions set aside as a validation set (drawn by ``seed``, not trained on): evaluated greedily at
+    step 0, every ``eval_every`` steps and at the end; ``keep_best`` chooses the adapter by it (0 = none; 24 when
+    ``keep_best`` is set and this is not)."""
+    keep_best: str | None = None
+    """Keep the checkpoint with the best validation score as the run's adapter (``checkpoints/best``, which
+    ``--adapter RUN`` and ``--init-adapter RUN`` then load; the last step's stays beside it): cem, f1, em or reward."""
+    early_stop: int = 0
+    """With ``keep_best``: stop after this many validation rounds in a row without a gain (0 = never)."""
     question_types: list[str] | None = None
     """Only questions of these types (world: 1hop, compositional, comparison, inference, chain), train and held-out."""
     retriever: str = "bm25"
@@ -218,6 +232,14 @@ class TrainConfig:
     """Checkpoint every this many steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
     """Newest checkpoints kept (older ones are deleted)."""
+    stop_on_alarm: str = ""
+    """End the run at the step where one of these health alarms fires (comma-separated, or ``all``; the alarms are
+    ``workbench.rl.health.RULES``); every alarm is printed and written to ``health.jsonl`` either way."""
+    health_rules: list[dict[str, Any]] = field(default_factory=list)
+    """Health rules added to ``workbench.rl.health.RULES``, or replacing one of the same name, as dicts of a rule's
+    fields, e.g. ``[{"name": "search_drop", "signal": "searches", "when": "drop", "amount": 0.25}]``."""
+    health_reference_steps: int = 1
+    """Steps at the start whose mean is each health signal's reference (the starting policy)."""
     report_to: str = "none"
     """Experiment trackers that get a copy of the run's logs, comma-separated: tensorboard, wandb, mlflow, trackio
     (or none). Each writes offline into the run directory (``<run>/tensorboard``, ``wandb``, ``mlflow``, ``trackio``)
@@ -240,6 +262,17 @@ class TrainConfig:
 
         if self.curriculum not in CURRICULA:
             raise bad("curriculum", f"{self.curriculum!r} is not one of {CURRICULA}")
+        if self.keep_best is not None:
+            if self.keep_best not in KEEP_BEST:
+                raise bad("keep_best", f"{self.keep_best!r} is not one of {', '.join(KEEP_BEST)}")
+            if not self.eval_every:
+                raise bad("keep_best", "chooses among the checkpoints of validation rounds: add --eval-every K")
+            self.val_questions = self.val_questions or 24
+        elif self.early_stop:
+            raise bad("early_stop", "counts rounds without a gain of the keep_best metric: add --keep-best METRIC")
+        from workbench.rl.health import parse_stop_on, rules_for
+
+        parse_stop_on(self.stop_on_alarm, rules_for(self.health_rules))  # unknown names and bad rules, said now
         self.hop_repeats = {str(h): t for h, t in dict(self.hop_repeats or {}).items()}  # JSON keys are strings
         for hops, times in self.hop_repeats.items():
             if not str(hops).isdigit() or isinstance(times, bool) or not isinstance(times, int) or times < 1:
@@ -471,6 +504,9 @@ class SFTConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.keep_best is not None or self.val_questions:
+            raise ValueError("SFTConfig.keep_best / val_questions: a validation set is carved from RL's training "
+                             "questions; SFT's held-out evaluation is eval_limit (drop --keep-best / --val-questions)")
         if not self.traces and not self.rejection_questions:
             raise ValueError("SFTConfig: no data; give traces (e.g. a `workbench expert` run directory) "
                              "and/or rejection_questions > 0")

@@ -32,6 +32,7 @@ Data parallel (``accelerate launch --num_processes N``): see :mod:`workbench.rl.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -47,11 +48,26 @@ from workbench.core.trajectory import Trajectory, save_trajectories
 from workbench.data.example import Example
 from workbench.rl.advantages import FilterStats, compute_advantages, fill_batch, keep_groups
 from workbench.rl.batch import RLBatch, build_batch, empty_batch
-from workbench.rl.checkpoint import LATEST, STATE_FILE, checkpoint_dir, latest_checkpoint, seed_everything  # noqa: F401 (re-exported)
+from workbench.rl.checkpoint import (  # noqa: F401 (re-exported)
+    LATEST,
+    SELECTION_FILE,
+    STATE_FILE,
+    checkpoint_dir,
+    latest_checkpoint,
+    seed_everything,
+    selection_note,
+)
 from workbench.rl.checkpoint import load_checkpoint as _load_checkpoint
 from workbench.rl.checkpoint import save_checkpoint as _save_checkpoint
-from workbench.rl.data_stream import CURRICULA, DataStream, repeat_by_hops, split_examples  # noqa: F401 (CURRICULA re-exported)
+from workbench.rl.data_stream import (  # noqa: F401 (CURRICULA re-exported)
+    CURRICULA,
+    DataStream,
+    carve_validation,
+    repeat_by_hops,
+    split_examples,
+)
 from workbench.rl.distributed import all_reduce_grads, all_reduce_sum, maybe_init_distributed
+from workbench.rl.health import HEALTH_FILE, Alarm, HealthMonitor, parse_stop_on, read_health, rules_for, step_signals
 from workbench.rl.steplog import (  # noqa: F401 (FailedRewardsError re-exported)
     FailedRewardsError,
     StepBatch,
@@ -126,6 +142,7 @@ class Trainer:
             world = load_world()
         self.world = world
         train, self.eval_examples = split_examples(config, world, examples, eval_examples)
+        train, self.val_examples = carve_validation(train, config.val_questions, config.seed)
         shard = repeat_by_hops(train, lambda e: e.hops, config.hop_repeats)[self.rank :: self.world_size]
         self.data = DataStream(shard, seed=config.seed, curriculum=config.curriculum)
 
@@ -192,7 +209,7 @@ class Trainer:
             else:
                 self.run = Run.create(run, kind="train", name=f"{config.preset}-{config.reward}", config=cfg)
             self.run.mark_running()  # incomplete until train() has finished (a resumed run too)
-            self.run.write_examples(train + self.eval_examples)
+            self.run.write_examples(train + self.eval_examples + self.val_examples)
         else:
             self.run = None
         from workbench.rl.rollout_sync import AdapterSync
@@ -200,6 +217,14 @@ class Trainer:
         self.adapter_sync = AdapterSync(self.backend, policy, None if self.run is None else self.run.path / "rollout_adapters")
         """Hands the current adapter to an ``openai`` / ``vllm`` rollout backend before a rollout."""
         self.trackers = Trackers(config.report_to if self.rank == 0 else "none", self.run, say=self._say)
+        self.health = HealthMonitor(rules_for(config.health_rules), config.health_reference_steps)
+        """The run's health signals against their references, every step (:mod:`workbench.rl.health`)."""
+        self.stop_on = parse_stop_on(config.stop_on_alarm, self.health.rules)
+        self.stopped: Alarm | None = None
+        """The alarm ``stop_on_alarm`` named that ended the run early, if one did."""
+        self.best: dict[str, Any] | None = None
+        """``keep_best``'s state: the best validation round so far (``step``, ``metric``, ``value``) and the rounds
+        since without a gain (``stale``); kept in each checkpoint."""
         """``config.report_to``'s experiment trackers (:mod:`workbench.rl.trackers`): a copy of every metrics row and
         each step's completions, opened at the first."""
 
@@ -486,13 +511,42 @@ class Trainer:
     def _write_step(self, sb: StepBatch, row: dict[str, Any]) -> None:
         write_step(self.run, self.step, sb, row)
         self.trackers.log_step(row, sb.generated, sb.features, self.data.examples)
+        self.check_health(row, sb)
+
+    # ------------------------------------------------------------------ health
+    def check_health(self, row: dict[str, Any], sb: StepBatch | None = None) -> list[Alarm]:
+        """The step's health signals through the rules: its row appended to ``health.jsonl``, each alarm that fires
+        one line on stderr (and in the trackers); an alarm ``stop_on_alarm`` names ends the run after this step."""
+        signals = step_signals(row, sb.generated if sb else None, sb.features if sb else None)
+        health, fired = self.health.observe(self.step, signals)
+        self.run.append_line(HEALTH_FILE, health)
+        for alarm in fired:
+            self._alarm(alarm.line())
+            self.trackers.log_row({f"alarm_{alarm.name}": 1.0}, self.step)
+            if alarm.name in self.stop_on and self.stopped is None:
+                self.stopped = alarm
+        return fired
+
+    def _alarm(self, line: str) -> None:
+        from tqdm.auto import tqdm
+
+        if self.rank == 0:
+            tqdm.write(line, file=sys.stderr)
+
+    def _stop_now(self) -> bool:
+        """Whether an alarm ``stop_on_alarm`` names fired on rank 0 (every process stops at the same step)."""
+        flag = 1.0 if self.stopped is not None else 0.0
+        return (self._sum([flag])[0] if self.world_size > 1 else flag) > 0
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, limit: int | None = None, save: bool = True) -> dict[str, float]:
-        """Greedy rollouts on the held-out questions: mean reward (current rubric), EM, cover-EM, F1.
+    def evaluate(self, limit: int | None = None, save: bool = True, examples: Sequence[Example] | None = None,
+                 prefix: str = "eval") -> dict[str, float]:
+        """Greedy rollouts on the held-out questions (or ``examples``, e.g. the validation set with ``prefix`` "val"):
+        mean reward (current rubric), EM, cover-EM, F1, searches, answered, as ``<prefix>_*``.
 
-        ``save``: write the trajectories to ``eval/<step>.trajectories.parquet`` in the run."""
-        exs = self.eval_examples[: limit] if limit else self.eval_examples
+        ``save``: write the trajectories to ``<prefix>/<step>.trajectories.parquet`` in the run."""
+        exs = list(self.eval_examples if examples is None else examples)
+        exs = exs[: limit] if limit else exs
         if not exs:
             return {}
         exs = exs[self.rank :: self.world_size]
@@ -501,19 +555,19 @@ class Trainer:
         feats = self.featurize(trajs, exs)
         table = self.score(feats)
         r = table.total.astype(np.float64)
-        out = {"eval_reward_mean": nanmean(r), "eval_n": float(len(exs))}
+        out = {f"{prefix}_reward_mean": nanmean(r), f"{prefix}_n": float(len(exs))}
         for col in ("em", "cem", "f1"):
-            out[f"eval_{col}"] = nanmean(feats[col].to_numpy(np.float64))
-        out["eval_searches"] = float(np.mean([t.n_searches for t in trajs])) if trajs else 0.0
-        out["eval_answered"] = float(np.mean([t.answer is not None for t in trajs])) if trajs else 0.0
-        out["eval_seconds"] = time.perf_counter() - t0
+            out[f"{prefix}_{col}"] = nanmean(feats[col].to_numpy(np.float64))
+        out[f"{prefix}_searches"] = float(np.mean([t.n_searches for t in trajs])) if trajs else 0.0
+        out[f"{prefix}_answered"] = float(np.mean([t.answer is not None for t in trajs])) if trajs else 0.0
+        out[f"{prefix}_seconds"] = time.perf_counter() - t0
         if self.world_size > 1:
             keys = sorted(out)
-            vals = self._sum([out[k] * (len(exs) if k != "eval_n" else 1) for k in keys])
+            vals = self._sum([out[k] * (len(exs) if k != f"{prefix}_n" else 1) for k in keys])
             n = self._sum([len(exs)])[0]
-            out = {k: (v if k == "eval_n" else v / max(1, n)) for k, v in zip(keys, vals)}
+            out = {k: (v if k == f"{prefix}_n" else v / max(1, n)) for k, v in zip(keys, vals)}
         if self.rank == 0 and save:
-            d = self.run.path / "eval"
+            d = self.run.path / prefix
             d.mkdir(exist_ok=True)
             save_trajectories(trajs, d / f"{self.step:06d}.trajectories.parquet")
         return out
@@ -528,13 +582,63 @@ class Trainer:
                       f"F1 {ev['eval_f1']:.3f} on {int(ev['eval_n'])} held-out questions")
         return ev
 
+    def log_validation(self) -> dict[str, float]:
+        """:meth:`evaluate` on the validation questions (``val_*`` in ``metrics.jsonl``); with ``keep_best``, a round
+        that beats the best so far saves this step's adapter as ``checkpoints/best``."""
+        if not self.val_examples:
+            return {}
+        ev = self.evaluate(examples=self.val_examples, prefix="val")
+        if not ev:
+            return ev
+        if self.rank == 0:
+            self.run.append_step_metrics({"step": self.step, **ev})
+            self.trackers.log_row(ev, self.step)
+        metric = self.config.keep_best
+        if metric is not None:
+            key = "val_reward_mean" if metric == "reward" else f"val_{metric}"
+            value = float(ev[key])
+            best = self.best
+            if best is None or value > best["value"]:
+                self.best = {"step": self.step, "metric": metric, "value": value, "stale": 0,
+                             "n": int(ev["val_n"])}
+                self.save_best()
+                mark = f"best so far (was {best['value']:.3f} at step {best['step']})" if best else "the first"
+            else:
+                best["stale"] += 1
+                mark = f"best stays {best['value']:.3f} at step {best['step']} ({best['stale']} round(s) without a gain)"
+            self._say(f"validation @ step {self.step}: {metric} {value:.3f} on {int(ev['val_n'])} questions: {mark}")
+        return ev
+
+    def save_best(self) -> Path | None:
+        """The current adapter as ``checkpoints/best`` (atomically), with ``selection.json``: the step, the metric,
+        its value and the validation set's size."""
+        if self.rank != 0 or self.best is None:
+            return None
+        import shutil
+
+        from workbench.util.io import atomic_write_json
+
+        final = self.run.path / "checkpoints" / "best"
+        tmp = final.with_name("best.tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        self.policy.save_adapter(tmp)
+        atomic_write_json(tmp / SELECTION_FILE, {**selection_note(self.best), "val_questions": len(self.val_examples)})
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        return final
+
     def begin(self) -> dict[str, float]:
-        """Evaluate the untrained policy once (step 0, when ``eval_limit`` is set); a no-op afterwards,
-        so a notebook can look at the step-0 score before its first ``collect()``."""
-        if self.step != 0 or not self.config.eval_limit or getattr(self, "_began", False):
+        """Evaluate the untrained policy once (step 0: the held-out questions when ``eval_limit`` is set, the
+        validation questions when ``val_questions`` is); a no-op afterwards, so a notebook can look at the step-0
+        score before its first ``collect()``."""
+        if self.step != 0 or getattr(self, "_began", False):
             return {}
         self._began = True
-        return self.log_eval()
+        ev = self.log_eval() if self.config.eval_limit else {}
+        return {**ev, **self.log_validation()}
 
     # ------------------------------------------------------------------ the loop
     def train(self, steps: int | None = None) -> Run | None:
@@ -547,17 +651,31 @@ class Trainer:
         if lost := missing_encoder(cfg.encoder, self.feature_needs):
             self._warn(lost)
         # closed on the way out either way (a failed step leaves the bar marked failed, not running)
+        validated = -1  # the step of the last validation round
         with tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress) as bar:
             while self.step < total:
                 row = self.train_step()
                 bar.update(1)
                 bar.set_postfix(**self.progress_postfix(row))
-                if cfg.eval_limit and cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < total:
-                    self.log_eval()
+                if self._stop_now():
+                    self._alarm(f"stopping at step {self.step}: alarm {self.stopped.name if self.stopped else '?'} "
+                                "is in --stop-on-alarm")
+                    break
+                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < total:
+                    if cfg.eval_limit:
+                        self.log_eval()
+                    self.log_validation()
+                    validated = self.step
+                    if cfg.early_stop and self.best is not None and self.best["stale"] >= cfg.early_stop:
+                        self._say(f"early stop at step {self.step}: {cfg.early_stop} validation round(s) without "
+                                  f"a gain over step {self.best['step']}")
+                        break
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step < total:
                     self.save_checkpoint()
         if cfg.eval_limit:
             self.log_eval()
+        if self.val_examples and validated != self.step:
+            self.log_validation()
         self.save_checkpoint()
         if self.rank == 0:
             self.finalize()
@@ -574,8 +692,16 @@ class Trainer:
                 "s": f"{row['time_step_s']:.0f}"}
 
     def finalize(self) -> dict[str, Any]:
-        """Join the per-step tables into ``trajectories.parquet`` / ``features.parquet``; write ``metrics.json``."""
-        return finalize_run(self.run, self.config, self.step)
+        """Join the per-step tables into ``trajectories.parquet`` / ``features.parquet``; write ``metrics.json``
+        (with the alarms that fired, the alarm that stopped the run and the kept checkpoint, where any)."""
+        summary = finalize_run(self.run, self.config, self.step)
+        summary["alarms"] = [{"name": a.name, "step": a.step, "text": a.text} for a in self.health.alarms]
+        if self.stopped is not None:
+            summary["stopped_by_alarm"] = {"name": self.stopped.name, "step": self.stopped.step}
+        if self.best is not None:
+            summary["best"] = selection_note(self.best)
+        self.run.write_metrics(summary)
+        return summary
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_dir(self, step: int | None = None) -> Path:
@@ -591,6 +717,17 @@ class Trainer:
         _load_checkpoint(self, path)
         if self.rank == 0:  # drop what a killed run logged after its checkpoint (the resumed run logs it again)
             truncate_logs(self.run, self.step)
+            self._resume_health()
+
+    def _resume_health(self) -> None:
+        """The health monitor as it stood at the checkpoint: ``health.jsonl`` cut to the checkpoint's step, its
+        signals read back in order (the references and alarms it had; nothing printed again)."""
+        rows = [r for r in read_health(self.run.path) if r["step"] <= self.step]
+        from workbench.util.io import atomic_write_text
+
+        atomic_write_text(self.run.path / HEALTH_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+        for r in rows:
+            self.health.observe(r["step"], r.get("signals") or {})
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, resolve: Callable[[TrainConfig], RunParts], progress: bool = True,

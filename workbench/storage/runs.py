@@ -184,7 +184,12 @@ class Run:
 
     def append_step_metrics(self, row: dict[str, Any]) -> None:
         """Append one JSON line to ``metrics.jsonl`` (rewritten atomically)."""
-        p = self.path / STEP_METRICS
+        self.append_line(STEP_METRICS, row)
+
+    def append_line(self, name: str, row: dict[str, Any]) -> None:
+        """Append one JSON line to the run's file ``name`` (``metrics.jsonl``, ``health.jsonl``; rewritten
+        atomically, so a kill never leaves half a line)."""
+        p = self.path / name
         old = p.read_text(encoding="utf-8") if p.exists() else ""
         atomic_write_text(p, old + json.dumps(row, ensure_ascii=False, default=float) + "\n")
 
