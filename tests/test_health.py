@@ -246,3 +246,19 @@ def test_the_report_says_what_changed_between_start_and_end(tmp_path, tiny_model
     assert main(["report", str(run.path)]) == 0 and "fixed" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "nope")]) == 2
     assert "no such run directory" in capsys.readouterr().err
+
+
+def test_the_dashboard_shows_the_alarms_and_each_runs_report(tmp_path, tiny_model):
+    from workbench.dashboard import queries as q
+    from workbench.dashboard.app import _health_part
+
+    root = tmp_path / "runs"
+    tr = _scripted_trainer(root, tiny_model, steps=2)
+    run = tr.train()
+    alarms = q.health_alarms(root)
+    assert {"search_drop"} <= set(alarms["alarm"]) and set(alarms["run_id"]) == {run.path.name}
+    row = alarms[alarms["alarm"] == "search_drop"].iloc[0]
+    assert row["step"] == 2 and "down 100% from 1" in row["what happened"] and row["status"] == "complete"
+    parts = _health_part(root)
+    page = "".join(str(getattr(p, "object", "")) for p in parts)
+    assert "what happened" in page and "behaviour by hop count" in page and run.path.name in page

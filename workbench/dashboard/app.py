@@ -250,10 +250,29 @@ def _health_part(runs_dir: Path) -> list[Any]:
     alarms = q.health_alarms(runs_dir)
     head = pn.pane.Markdown("### Health alarms")
     if alarms.empty:
-        return [head, pn.pane.Alert("No health alarm fired in any training run (searches, answers, format, turns, "
-                                    "the rollout-trainer logprob gap and the learning signal are watched each step).",
-                                    alert_type="success")]
-    return [head, _table(alarms)]
+        body = pn.pane.Alert("No health alarm fired in any training run (searches, answers, format, turns, the "
+                             "rollout-trainer logprob gap and the learning signal are watched each step).",
+                             alert_type="success")
+    else:
+        body = _table(alarms)
+    return [head, body, *_reports_part(runs_dir)]
+
+
+def _reports_part(runs_dir: Path) -> list[Any]:
+    """``workbench report RUN`` of each training run that watched its health, newest first, each folded."""
+    from workbench.eval.run_report import format_report, run_report
+
+    parts = []
+    for d in q.run_dirs(runs_dir):
+        if not (d / "health.jsonl").is_file():
+            continue
+        try:
+            text = format_report(run_report(d, write_html=False))
+        except (OSError, ValueError, KeyError, TypeError) as e:  # one run's report never takes the section down
+            text = f"{d.name}: the report could not be built ({type(e).__name__}: {e})"
+        parts.append(f"<details><summary><code>{html.escape(d.name)}</code>: what happened</summary>"
+                     f"<pre style='white-space:pre-wrap'>{html.escape(text)}</pre></details>")
+    return [_pn().pane.HTML("".join(parts), sizing_mode="stretch_width")] if parts else []
 
 
 def _breakdown_section(runs_dir: Path):
