@@ -574,3 +574,18 @@ def test_gold_answers_follow_the_examples_file_and_name_a_bad_line(tmp_path):
     with pytest.raises(ValueError, match=r"examples.jsonl:2: not a valid example line"):
         q.gold_answers(tmp_path, "r1", ["a"])
     assert q.gold_answers(tmp_path, "missing-run", ["a"]) == [None]
+
+
+def test_two_comparisons_never_share_a_row():
+    """The shipped comparisons carry 42 rows on 21 colliding labels (deep_outline's and deep_recipe's "deep recipe:
+    deep SFT vs deep SFT + RL"): each comparison's label is unique by construction, the folders telling them apart."""
+    from workbench.util.paths import repo_root
+
+    df = q.comparison_table(repo_root() / "data" / "results")
+    per_label = df.groupby("comparison")["file"].nunique()
+    assert (per_label == 1).all(), per_label[per_label > 1]
+    assert df.groupby(["comparison", "hops"]).size().max() == 1
+    labels = set(df["comparison"])
+    assert {"deep recipe: deep SFT vs deep SFT + RL (deep_outline/sft_vs_rl)",
+            "deep recipe: deep SFT vs deep SFT + RL (deep_recipe/sft_vs_rl)"} <= labels
+    assert q.unique_labels(["a", "a", "b"], ["x/1/c.json", "y/1/c.json", "z/c.json"]) == ["a (x/1)", "a (y/1)", "b"]

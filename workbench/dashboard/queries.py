@@ -711,5 +711,27 @@ def comparison_table(*roots: str | os.PathLike) -> pd.DataFrame:
     cols = ["comparison", "hops", "n", "a_label", "a", "a_lo", "a_hi", "b_label", "b", "b_lo", "b_hi", "diff",
             "diff_lo", "diff_hi", "searches_a", "searches_b", "seeds_a", "seeds_b", "metric", "file"]
     df = pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+    df["comparison"] = unique_labels(df["comparison"].tolist(), df["file"].tolist())
     df.attrs["errors"] = errors
     return df
+
+
+def unique_labels(labels: list[str], files: list[str]) -> list[str]:
+    """Each comparison's label, unique by construction: where files that are not the same carry one label, each
+    gets the folders that tell them apart (``deep recipe: SFT vs RL (deep_outline/sft_vs_rl)``), so two comparisons
+    never share a row of a table or of the forest plot."""
+    by_label: dict[str, set[str]] = {}
+    for label, f in zip(labels, files):
+        by_label.setdefault(label, set()).add(f)
+    out = []
+    for label, f in zip(labels, files):
+        clash = sorted(by_label[label])
+        if len(clash) < 2:
+            out.append(label)
+            continue
+        parts = [Path(x).parent.parts for x in clash]  # the folders holding each comparison.json
+        depth = 1
+        while depth < max(map(len, parts)) and len({p[-depth:] for p in parts}) < len(parts):
+            depth += 1
+        out.append(f"{label} ({'/'.join(Path(f).parent.parts[-depth:])})")
+    return out
