@@ -217,6 +217,8 @@ class Trainer:
         self.adapter_sync = AdapterSync(self.backend, policy, None if self.run is None else self.run.path / "rollout_adapters")
         """Hands the current adapter to an ``openai`` / ``vllm`` rollout backend before a rollout."""
         self.trackers = Trackers(config.report_to if self.rank == 0 else "none", self.run, say=self._say)
+        """``config.report_to``'s experiment trackers (:mod:`workbench.rl.trackers`): a copy of every metrics row and
+        each step's completions, opened at the first."""
         self.health = HealthMonitor(rules_for(config.health_rules), config.health_reference_steps)
         """The run's health signals against their references, every step (:mod:`workbench.rl.health`)."""
         self.stop_on = parse_stop_on(config.stop_on_alarm, self.health.rules)
@@ -225,8 +227,6 @@ class Trainer:
         self.best: dict[str, Any] | None = None
         """``keep_best``'s state: the best validation round so far (``step``, ``metric``, ``value``) and the rounds
         since without a gain (``stale``); kept in each checkpoint."""
-        """``config.report_to``'s experiment trackers (:mod:`workbench.rl.trackers`): a copy of every metrics row and
-        each step's completions, opened at the first."""
 
     def _dataset_tools(self, train: Sequence[Example]) -> Toolbox | Callable[[Example], Toolbox]:
         """A dataset file's tools: one toolbox over all the training questions' paragraphs (``pooled``), or a
