@@ -262,3 +262,25 @@ def test_the_dashboard_shows_the_alarms_and_each_runs_report(tmp_path, tiny_mode
     parts = _health_part(root)
     page = "".join(str(getattr(p, "object", "")) for p in parts)
     assert "what happened" in page and "behaviour by hop count" in page and run.path.name in page
+
+
+def test_a_second_writer_of_a_run_is_refused_naming_the_first(tmp_path, tiny_model):
+    """Two ``train --resume`` of one run both proceeded (the step-3 row logged twice, checkpoints last-writer-wins):
+    a trainer holds the run's writer lock while it writes, a second is refused naming the first's process, and once
+    the first has finished (or died) the run resumes."""
+    import os
+    import subprocess
+    import sys
+
+    from workbench.storage.runs import RunBusyError
+
+    first = _scripted_trainer(tmp_path, tiny_model, steps=1, save_every=1)
+    with pytest.raises(RunBusyError, match=rf"is being written by process {os.getpid()} on .*: wait for it"):
+        Trainer.resume(first.run.path, wm.run_parts, progress=False, steps=2)
+    cli = subprocess.run([sys.executable, "-m", "workbench", "train", "--resume", str(first.run.path), "--steps", "2",
+                          "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 2 and f"is being written by process {os.getpid()}" in cli.stderr, cli.stderr[-800:]
+    assert "Traceback" not in cli.stderr
+    first.train()  # finished: the lock is released
+    again = Trainer.resume(first.run.path, wm.run_parts, progress=False, steps=2)
+    assert again.step == 1

@@ -208,6 +208,7 @@ class Trainer:
                 self.run = open_run(run)
             else:
                 self.run = Run.create(run, kind="train", name=f"{config.preset}-{config.reward}", config=cfg)
+            self.run.take_writer_lock()  # a second writer (two resumes of one run) is refused, naming the first
             self.run.mark_running()  # incomplete until train() has finished (a resumed run too)
             self.run.write_examples(train + self.eval_examples + self.val_examples)
         else:
@@ -681,6 +682,7 @@ class Trainer:
             self.finalize()
             self.trackers.close()
             self.run.mark_complete(steps=self.step)  # last: the run is complete only now
+            self.run.release_writer_lock()
         return self.run
 
     def progress_label(self) -> str:
@@ -734,6 +736,8 @@ class Trainer:
                **overrides: Any) -> Trainer:
         """A trainer for an existing run, restored from its newest checkpoint (``steps`` may be raised)."""
         run = open_run(run_dir)
+        run.take_writer_lock()  # refused at once if another process writes the run (taken for good in __init__)
+        run.release_writer_lock()
         stored = {k: v for k, v in run.config.items() if k in {f.name for f in dataclasses.fields(cls.config_class)}}
         cfg = cls.config_class.from_dict({**stored, **overrides})
         trainer = cls(cfg, resolve(cfg), run=run.path, progress=progress)

@@ -71,6 +71,14 @@ def new_run_id(kind: str = "run", name: str | None = None) -> str:
     return f"{stamp}-{label}-{secrets.token_hex(4)}"
 
 
+WRITER_LOCK = ".writer.lock"
+"""A run's writer lock file (:meth:`Run.take_writer_lock`); empty, and never a run file readers open."""
+
+
+class RunBusyError(ValueError):
+    """Another live process is writing this run."""
+
+
 class Run:
     """A run directory. Create with :meth:`create`, open with :func:`open_run`."""
 
@@ -110,6 +118,33 @@ class Run:
         return run
 
     # ------------------------------------------------------------------ completion
+    def take_writer_lock(self) -> None:
+        """Hold the run's writer lock (``.writer.lock``, an exclusive ``flock``) for as long as this ``Run`` lives, or
+        raise ``RunBusyError`` naming the process that holds it. The system drops the lock when its holder exits, a
+        killed one included, so a stale lock cannot outlive its writer. A trainer takes it before it writes, so a
+        second ``train --resume`` of a run that is still training is refused instead of logging its steps twice."""
+        if getattr(self, "_writer_lock", None) is not None:
+            return
+        import fcntl
+
+        fd = os.open(self.path / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            status = _read_json(self.path / STATUS) if (self.path / STATUS).exists() else {}
+            who = (f"process {status.get('pid')} on {status.get('host')}, started {status.get('started')}"
+                   if status.get("pid") else "another process")
+            raise RunBusyError(f"{self.path} is being written by {who}: wait for it to finish or stop it (a second "
+                               "writer would log its steps twice and overwrite its checkpoints)") from None
+        self._writer_lock = fd
+
+    def release_writer_lock(self) -> None:
+        fd = getattr(self, "_writer_lock", None)
+        if fd is not None:
+            self._writer_lock = None
+            os.close(fd)  # closing the descriptor drops the flock
+
     def mark_running(self) -> Path:
         """Say the run is being written (by :meth:`create`, and by a trainer that resumes it)."""
         pid = os.getpid()
