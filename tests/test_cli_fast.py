@@ -57,10 +57,19 @@ def test_each_commands_help_is_light(command):
     ["demo", "--limit", "0"],
     ["train", "--no-such-flag"],
     ["no-such-command"],
-], ids=lambda a: "-".join(a).replace("--", ""))
+    # an empty value never stands for the default (a new run, the default model, the current folder, nothing)
+    ["train", "--resume", ""],
+    ["eval", "--method", "direct", "--model", ""],
+    ["expert", "--method", ""],
+    ["dashboard", "--static", ""],
+    ["ask", " "],
+    ["export", "verl", "--method", "search_r1", "--out", ""],
+], ids=lambda a: "-".join(x or "empty" for x in a).replace("--", ""))
 def test_argument_errors_are_light(argv):
     got = _check(argv, 2)
     assert "error" in got["out"]
+    if "" in argv or " " in argv:
+        assert "expected a non-empty value" in got["out"], got["out"][-300:]
 
 
 def test_the_parser_for_one_command_builds_only_that_commands_flags():

@@ -76,6 +76,7 @@ def _port(any_free: bool) -> Callable[[str], int]:
 def _out_dir(text: str) -> str:
     """``--out``: a directory that exists or can be made, in a folder this user can write in. Checked as the flags
     are read, so a bad one fails at once rather than after the work, whose results it would lose."""
+    _nonempty(text)  # '' would be the current folder
     try:
         path = Path(text)
         if path.exists() and not path.is_dir():
@@ -94,14 +95,27 @@ def _out_dir(text: str) -> str:
     return text
 
 
+def _nonempty(text: str) -> str:
+    """A text flag's value: not empty (``--resume ''`` started a new run, ``--model ''`` took the default model,
+    ``--out ''`` wrote into the current folder: an empty value never stands for "the default")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a non-empty value, got {text!r}")
+    return text
+
+
 def _check_values(p: argparse.ArgumentParser) -> None:
     """The checks every command's flags share, whoever declared them: a float flag is finite, ``--out`` a directory
-    this user can write in. Ranges that depend on the flag (ports, counts) are in each flag's own type."""
+    this user can write in, a text value not empty. Ranges that depend on the flag (ports, counts) are in each flag's
+    own type."""
     for action in p._actions:
         if action.type is float:
             action.type = _finite_float
         if action.dest == "out":
             action.type = _out_dir
+        elif action.type in (None, str) and action.nargs != 0 and not isinstance(
+                action, (argparse._StoreConstAction, argparse._HelpAction, argparse._SubParsersAction,
+                         argparse._CountAction, argparse._VersionAction)):
+            action.type = _nonempty
 
 
 # --------------------------------------------------------------------------- demo
