@@ -109,7 +109,7 @@ CPU_TESTS := tests/test_cpu_levels.py tests/test_quant_backend.py tests/test_nat
 	tests/test_graph_backend.py tests/test_shared_prefix.py
 test-cpus: setup
 	@$(BIN)/python -c "from workbench.util.cpu import describe_levels; print(describe_levels())"
-	@set -e; for level in $$($(BIN)/python -c "from workbench.util.cpu import host_levels; print(*host_levels())"); do \
+	@set -e; for level in $$($(BIN)/python -c "from workbench.util.cpu import levels_to_check; print(*levels_to_check())"); do \
 		echo "== WORKBENCH_CPU=$$level"; \
 		env $$($(BIN)/python -c "from workbench.util.cpu import torch_environment as t; \
 			print(' '.join(f'{k}={v}' for k, v in t('$$level').items()))") WORKBENCH_CPU=$$level OMP_NUM_THREADS=1 \

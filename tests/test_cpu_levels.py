@@ -84,3 +84,21 @@ def test_a_level_that_is_not_one_is_named_with_the_fix(monkeypatch):
     monkeypatch.setenv("WORKBENCH_CPU", "")
     assert cpu_level() == "native"
     assert torch_environment("native") == {} and torch_environment("avx2")["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+
+
+@pytest.mark.parametrize("flags, levels, line", [
+    ({"avx2", "fma", "avx512f", "avx512_bf16"}, ("native", "avx2", "portable"), "avx2: x86-64-v3 kernels"),
+    ({"avx2", "fma"}, ("native", "portable"), "avx2: the native level here"),
+    (set(), ("native", "portable"), "avx2: skipped (this CPU has no AVX2 + FMA)"),
+], ids=["avx512-bf16", "avx2-only", "no-vector"])
+def test_make_test_cpus_runs_each_level_the_host_stands_in_for(monkeypatch, flags, levels, line):
+    """What ``make test-cpus`` runs on each kind of host, whatever host runs this test: an AVX2-only host's native
+    level is the AVX2 one, and the AVX512-BF16 paths are said to need a CPU that has them."""
+    from workbench.util import cpu
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
+    assert cpu.levels_to_check() == levels
+    text = cpu.describe_levels()
+    assert line in text
+    assert ("avx512-bf16: skipped" in text) == ("avx512_bf16" not in flags)

@@ -51,6 +51,13 @@ def host_levels() -> tuple[str, ...]:
     return ("native", "avx2", "portable") if x86 and {"avx2", "fma"} <= flags else ("native", "portable")
 
 
+def levels_to_check() -> tuple[str, ...]:
+    """The levels ``make test-cpus`` runs here: ``native``, ``avx2`` where the host has more than AVX2 (AVX-512;
+    on an AVX2-only host it is the native level already) and ``portable``."""
+    lesser = "avx2" in host_levels() and "avx512f" in cpu_flags()
+    return ("native", "avx2", "portable") if lesser else ("native", "portable")
+
+
 def cpu_level() -> str:
     """The level ``$WORKBENCH_CPU`` asks for (default ``native``). Raises ``ValueError`` naming the value and the
     fix for an unknown one, or one this host cannot take (``avx2`` on a CPU without AVX2)."""
@@ -93,7 +100,8 @@ def describe_levels() -> str:
     native = ("AVX-512 with bf16" if bf16 else "AVX-512" if "avx512f" in flags else
               "AVX2 + FMA" if {"avx2", "fma"} <= flags else platform.machine())
     lines = [f"native: this CPU ({native})"]
-    lines.append("avx2: x86-64-v3 kernels, no native bf16" if "avx2" in here else
+    lines.append("avx2: x86-64-v3 kernels, no native bf16" if "avx2" in levels_to_check() else
+                 "avx2: the native level here (AVX2 without AVX-512)" if "avx2" in here else
                  "avx2: skipped (this CPU has no AVX2 + FMA)")
     lines.append("portable: torch's default kernels, the fp32 engine")
     if not bf16:
