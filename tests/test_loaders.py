@@ -436,3 +436,20 @@ def test_corpus_file_given_as_dataset(tmp_path):
     with pytest.raises(ValueError, match="passage corpus.*--corpus FILE") as err:
         load_dataset(path)
     assert "load_flashrag_corpus" not in str(err.value)  # the CLI flag, not a Python function
+
+
+def test_questions_that_share_an_id_are_refused_before_any_work(tmp_path):
+    """Three records sharing ``"id": "q1"`` crashed an eval after all its rollouts (a TypeError in the outcome
+    table) and wrote no run: the loader names the id and the file instead."""
+    import json
+
+    from workbench.apps.cli import main
+    from workbench.data.loaders import load_dataset
+
+    p = tmp_path / "dup.jsonl"
+    p.write_text("".join(json.dumps({"id": i, "question": f"Who wrote play {k}?", "golden_answers": ["x"]}) + "\n"
+                         for k, i in enumerate(["q1", "q1", "q2", "q1", "q2"])))
+    with pytest.raises(ValueError, match=r"dup.jsonl: 3 questions share the id 'q1' \(and 1 other shared ids\); give"):
+        load_dataset(p)
+    assert main(["eval", "--method", "direct", "--dataset", str(p), "--out", str(tmp_path / "runs")]) == 2
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -244,6 +244,31 @@ def load_dataset(
     data_dir: PathLike | None = None,
     format: str | None = None,
 ) -> list[Example]:
+    """Load a dataset by name (``hotpotqa``, ``2wiki``, ``musique``, ``bamboogle``, ``flashrag``) or by file
+    (:func:`_load_dataset`); questions that share an id are an error naming the id and the file, said before any
+    work (an eval's per-question tables and a training run's groups key on the id)."""
+    examples = _load_dataset(name_or_path, split, limit, path=path, data_dir=data_dir, format=format)
+    seen: dict[str, int] = {}
+    for e in examples:
+        seen[e.id] = seen.get(e.id, 0) + 1
+    shared = {k: n for k, n in seen.items() if n > 1}
+    if shared:
+        first, n = next(iter(shared.items()))
+        more = f" (and {len(shared) - 1} other shared ids)" if len(shared) > 1 else ""
+        raise ValueError(f"{path or name_or_path}: {n} questions share the id {first!r}{more}; give each question its "
+                         "own id (the tables of an eval and the groups of a training run are keyed by it)")
+    return examples
+
+
+def _load_dataset(
+    name_or_path: PathLike,
+    split: str | None = None,
+    limit: int | None = None,
+    *,
+    path: PathLike | None = None,
+    data_dir: PathLike | None = None,
+    format: str | None = None,
+) -> list[Example]:
     """Load a dataset by name (``hotpotqa``, ``2wiki``, ``musique``, ``bamboogle``, ``flashrag``) or by file.
 
     - ``load_dataset("musique", path="musique_ans_dev.jsonl")``: that dataset's loader on that file.
