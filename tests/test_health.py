@@ -40,6 +40,7 @@ def test_each_kind_of_rule_holds_where_it_says():
     above = Rule("a", "logprob_gap", "above", 0.05)
     assert above.holds(0.06, None) and not above.holds(0.05, None) and not above.holds(float("nan"), None)
     assert "down 38% from 1.6" in drop.describe(1.0, 1.6)
+    assert rise.describe(0.375, 0.0) == "out_of_turns 0.375, up from 0 at the start"
     with pytest.raises(ValueError, match="when='fall' is not one of drop, rise, above, below"):
         Rule("x", "searches", "fall", 0.3)
 

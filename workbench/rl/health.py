@@ -88,9 +88,10 @@ class Rule:
         if self.when in ("above", "below"):
             return f"{self.signal} {value:.3g}, {self.when} {self.amount:g}"
         assert reference is not None
-        change = (value - reference) / reference if reference else math.inf
         way = "down" if self.when == "drop" else "up"
-        return f"{self.signal} {value:.3g}, {way} {abs(change):.0%} from {reference:.3g} at the start"
+        if not reference:  # a rise from nothing: no percentage to give
+            return f"{self.signal} {value:.3g}, {way} from 0 at the start"
+        return f"{self.signal} {value:.3g}, {way} {abs((value - reference) / reference):.0%} from {reference:.3g} at the start"
 
 
 #: The rules every run watches (extend or replace by name with ``TrainConfig.health_rules``).
