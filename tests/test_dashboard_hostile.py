@@ -455,3 +455,54 @@ def test_a_config_that_is_a_json_list_is_an_error_cell(killed_root):
     (killed_root / GOOD / "config.json").write_text("[1, 2]", encoding="utf-8")
     assert set(q.summary_metrics(killed_root)["run_id"]) == {KILLED}
     assert "not a JSON object" in q.runs_table(killed_root).set_index("run_id").loc[GOOD, "error"]
+
+
+def _hostile_runs(root: Path, tokenizer) -> dict[str, str]:
+    """A good eval run beside runs whose files are not what they say: metrics.json a symlink to /dev/zero (the
+    static export was killed at 18.8 GB), metrics.json nested 100,000 deep (a RecursionError traceback replaced the
+    page), a 300 MiB sparse metrics.jsonl, and health.jsonl a FIFO. Returns run id -> the file that is bad."""
+    import os
+
+    _eval_run(root, GOOD, tokenizer, EX_A, {"direct": ["<answer> Ada Quist </answer>"]}, "world")
+    bad = {}
+    for name, what in (("20261123-120000-eval-zero", "metrics.json"), ("20261123-120100-eval-deep", "metrics.json"),
+                       ("20261123-120200-train-sparse", "metrics.jsonl"), ("20261123-120300-train-fifo", "health.jsonl")):
+        kind = "train" if "train" in name else "eval"
+        run = Run.create(root, kind=kind, run_id=name, config={"model": "m", "kind": kind})
+        target = run.path / what
+        if "zero" in name:
+            target.symlink_to("/dev/zero")
+        elif "deep" in name:
+            target.write_text('{"methods": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        elif "sparse" in name:
+            with open(target, "wb") as f:
+                f.truncate(300 << 20)
+        else:
+            (run.path / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n')
+            os.mkfifo(target)
+        run.mark_complete()
+        bad[name] = what
+    return bad
+
+
+def test_hostile_run_files_cost_only_their_own_runs(tmp_path, tokenizer):
+    """Every bad file is refused without being read (a device or FIFO is not a regular file, a 300 MiB file is over
+    a run file's cap, a 100,000-deep nesting is too deep) and named in its run's row; the static export draws the
+    good run, exits 2 with one line, and stays under 1 GB."""
+    import importlib.util
+
+    root = tmp_path / "runs"
+    bad = _hostile_runs(root, tokenizer)
+    runs = q.runs_table(root).set_index("run_id")
+    assert runs.loc[GOOD, "error"] == "" and runs.loc[GOOD, "n_trajectories"] == 2
+    assert "a device, not a run file" in runs.loc["20261123-120000-eval-zero", "error"]
+    assert "nested too deep" in runs.loc["20261123-120100-eval-deep", "error"]
+    assert "300 MiB, more than a JSON-lines file may hold" in runs.loc["20261123-120200-train-sparse", "error"]
+    assert q.health_alarms(root).empty  # the FIFO is refused, not waited on
+    spec = importlib.util.spec_from_file_location("bench_cli", Path(__file__).resolve().parents[1] / "bench" / "bench_cli.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = bench.run_child(["dashboard", "--static", str(tmp_path / "dash.html"), "--runs", str(root)])
+    assert got["rc"] in (0, 2) and "Traceback" not in got["out"] and got["mb"] < 1024, (got["rc"], got["out"][-1500:])
+    page = (tmp_path / "dash.html").read_text(encoding="utf-8")
+    assert GOOD in page and all(name in page for name in bad)  # each bad run is listed, its file named

@@ -513,7 +513,11 @@ def load_trajectory(runs_dir: str | os.PathLike, run_id: str, row: int) -> Traje
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A run's JSON file, bounded (``workbench.util.io.read_json``: a device, a giant or too deep a nesting is one
+    ``ValueError`` naming the file, which the caller records in the run's ``error`` column)."""
+    from workbench.util.io import read_json
+
+    return read_json(path)
 
 
 def _number(v: Any) -> float | None:
@@ -546,7 +550,7 @@ def training_curves(runs_dir: str | os.PathLike) -> pd.DataFrame:
             continue
         try:
             rows, _ = read_step_metrics(p)
-        except (OSError, UnicodeDecodeError):
+        except (OSError, ValueError):  # an unreadable file leaves its run out of the curves
             continue
         for i, row in enumerate(rows):
             step = _number(row.get("step"))
@@ -568,7 +572,11 @@ def health_alarms(runs_dir: str | os.PathLike) -> pd.DataFrame:
 
     out = []
     for d in run_dirs(runs_dir):
-        for row in read_health(d):
+        try:
+            rows = read_health(d)
+        except (OSError, ValueError):  # a health file that is not one: that run's alarms are left out
+            continue
+        for row in rows:
             for a in row.get("fired", []):
                 if isinstance(a, dict):
                     out.append((d.name, row["step"], str(a.get("name", "")), str(a.get("text", "")),
@@ -684,7 +692,7 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path |
             rewards = [_number(s.get("reward_mean")) for s in steps]
             rewards = [r for r in rewards if r is not None]
             row["reward_mean"] = rewards[-1] if rewards else None
-        except (OSError, UnicodeDecodeError) as e:
+        except (OSError, ValueError) as e:
             errors.append(f"{STEP_METRICS}: {type(e).__name__}: {e}")
     row["error"] = "; ".join(errors)
     return row

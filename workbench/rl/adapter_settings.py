@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.models import same_model
+from workbench.util.io import read_json
 
 #: The settings an adapter carries, in the order they are reported.
 SETTINGS = ("model", "protocol", "protocol_kwargs", "max_turns", "max_new_tokens", "max_total_tokens")
@@ -108,7 +109,7 @@ class AdapterSettings:
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, max_bytes=16 << 20, what="adapter settings file")
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: not readable as JSON ({type(e).__name__}: {e}); restore it from the adapter's "
                          f"source, or delete it to use the adapter without its settings") from None

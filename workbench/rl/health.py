@@ -21,7 +21,6 @@ The rule kinds: ``drop`` (the value fell below ``reference × (1 − amount)``, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -314,18 +313,12 @@ class HealthMonitor:
 
 def read_health(run_dir: str | Path) -> list[dict[str, Any]]:
     """A run's ``health.jsonl`` rows (empty where it has none; a line that does not read is skipped)."""
+    from workbench.util.io import read_jsonl
+
     path = Path(run_dir) / HEALTH_FILE
-    if not path.is_file():
+    if not path.exists():
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            rows.append(row)
-    return rows
+    return read_jsonl(path, keep=lambda row: isinstance(row, dict) and isinstance(row.get("step"), int))[0]
 
 
 def replay(rows: Sequence[Mapping[str, Any]], step_records: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,

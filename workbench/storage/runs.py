@@ -28,7 +28,14 @@ from typing import Any
 
 from workbench.core.trajectory import Trajectory, load_trajectories, save_trajectories
 from workbench.data.example import Example, load_examples, save_examples
-from workbench.util.io import atomic_write_json, atomic_write_text, remove_stale_temp_files
+from workbench.util.io import (
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    read_jsonl,
+    read_text_bounded,
+    remove_stale_temp_files,
+)
 from workbench.util.paths import runs_dir
 
 CONFIG, TRAJECTORIES, METRICS, EXAMPLES, STEP_METRICS, STATUS = (
@@ -225,14 +232,16 @@ class Run:
         """Append one JSON line to the run's file ``name`` (``metrics.jsonl``, ``health.jsonl``; rewritten
         atomically, so a kill never leaves half a line)."""
         p = self.path / name
-        old = p.read_text(encoding="utf-8") if p.exists() else ""
+        old = read_text_bounded(p) if p.exists() else ""
         atomic_write_text(p, old + json.dumps(row, ensure_ascii=False, default=float) + "\n")
 
     def step_metrics(self) -> list[dict[str, Any]]:
+        """The rows of ``metrics.jsonl`` (a line that does not read is skipped; a file that is not one this
+        workbench wrote, e.g. a symlink to a device or a sparse giant, raises a ``ValueError`` naming it)."""
         p = self.path / STEP_METRICS
         if not p.exists():
             return []
-        return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return read_jsonl(p)[0]
 
 
 def _now() -> str:
@@ -243,14 +252,14 @@ def run_status(path: str | os.PathLike) -> RunStatus:
     """The :class:`RunStatus` of the run directory ``path`` (never raises for a bad ``status.json``)."""
     p = Path(path)
     try:
-        status = json.loads((p / STATUS).read_text(encoding="utf-8"))
+        status = read_json(p / STATUS)
     except FileNotFoundError:
         status = None
     except (OSError, ValueError) as e:
         return RunStatus(False, f"{STATUS} unreadable ({type(e).__name__})")
     if status is None:  # a run from before the marker: judged by its files
         try:
-            kind = json.loads((p / CONFIG).read_text(encoding="utf-8")).get("kind")
+            kind = read_json(p / CONFIG).get("kind")
         except (OSError, ValueError, AttributeError):
             kind = None
         missing = [f for f in LEGACY_FILES.get(str(kind), ()) if not (p / f).exists()]
@@ -314,7 +323,7 @@ def process_alive(pid: Any, start: Any = None) -> bool | None:
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (is {path.parent} a run directory?)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path)
 
 
 def open_run(path_or_id: str | os.PathLike | Run, root: str | os.PathLike | None = None) -> Run:

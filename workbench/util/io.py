@@ -138,18 +138,67 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+#: The most a run's own JSON / JSON-lines file (config, metrics, status, health, steps) may hold before a reader
+#: refuses it: far above what a run writes (a 10,000-step metrics.jsonl is a few MB), far below what exhausts memory.
+RUN_FILE_BYTES = 256 << 20
+
+
+class UnreadableFile(ValueError):
+    """A file a reader refuses: not a regular file, over its size cap, or JSON nested past what can be read."""
+
+
+def read_text_bounded(path: str | os.PathLike, max_bytes: int = RUN_FILE_BYTES, what: str = "run file") -> str:
+    """The text of ``path`` (bytes that are not UTF-8 replaced), read only if it is a regular file of at most
+    ``max_bytes``: a symlink to ``/dev/zero``, a FIFO, a directory or a 2 GB sparse file is refused at once with an
+    ``UnreadableFile`` naming the file and the cap, instead of being read into memory."""
+    import stat
+
+    p = Path(path)
+    st = p.stat()  # follows a symlink to what it names
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
+                stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+        raise UnreadableFile(f"{p}: {kind}, not a {what}; replace it with the file itself")
+    if st.st_size > max_bytes:
+        raise UnreadableFile(f"{p}: {st.st_size / 2**20:,.0f} MiB, more than a {what} may hold ({max_bytes >> 20} "
+                             "MiB): it is not one this workbench wrote; move it away")
+    with open(p, "rb") as f:
+        data = f.read(max_bytes + 1)  # a file that grows while it is read is still bounded
+    if len(data) > max_bytes:
+        raise UnreadableFile(f"{p}: grew past {max_bytes >> 20} MiB while it was read")
+    return data.decode("utf-8", errors="replace")
+
+
+def loads_json(text: str, where: str | os.PathLike) -> Any:
+    """``json.loads`` whose every failure is a ``ValueError`` naming ``where``: invalid JSON, and JSON nested deeper
+    than Python's reader goes (a ``RecursionError`` that took the dashboard down, with a traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UnreadableFile(f"{where}: JSON nested too deep to read; it is not a file this workbench wrote") from None
+    except json.JSONDecodeError as e:
+        raise UnreadableFile(f"{where}: not valid JSON ({e})") from None
+
+
+def read_json(path: str | os.PathLike, max_bytes: int = RUN_FILE_BYTES, what: str = "run file") -> Any:
+    """A JSON file through :func:`read_text_bounded` and :func:`loads_json`: every way it can be bad is one
+    ``UnreadableFile`` (a ``ValueError``) naming it."""
+    return loads_json(read_text_bounded(path, max_bytes, what), path)
+
+
 def read_jsonl(path: str | os.PathLike, keep: Callable[[Any], bool] = lambda row: isinstance(row, dict),
-               ) -> tuple[list[Any], int]:
+               max_bytes: int = RUN_FILE_BYTES) -> tuple[list[Any], int]:
     """The rows of a JSON-lines file that ``keep`` accepts, and how many lines were unreadable or refused.
 
-    Blank lines are skipped; bytes that are not UTF-8 are replaced (a user's file never raises here)."""
+    Blank lines are skipped; bytes that are not UTF-8 are replaced (a user's file never raises here for its lines);
+    a file that is not a regular one or is over ``max_bytes`` raises :class:`UnreadableFile` (:func:`read_text_bounded`)."""
     rows, bad = [], 0
-    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_text_bounded(path, max_bytes, "JSON-lines file").splitlines():
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             bad += 1
             continue
         if keep(row):
