@@ -188,3 +188,18 @@ def test_a_copied_adapter_keeps_its_settings(tmp_path):
     copy = tmp_path / "mine"
     shutil.copytree(TRAINED_ADAPTER, copy)
     assert adapter_settings(copy).values == adapter_settings(TRAINED_ADAPTER).values
+
+
+def test_a_caller_that_keeps_its_own_budget_is_named_in_the_note():
+    """The demo evaluates the shipped adapter at its own 3 x 80 budget: the note says the demo kept it, not a
+    --override-adapter the user never passed; a user's own flag is still named as the flag."""
+    from workbench.eval.config import with_adapter_settings
+
+    given = {"adapter": "data/adapters/search_r1-sft-grpo", "max_turns": 3, "max_new_tokens": 80,
+             "override_adapter": "the demo's turn budget"}
+    options, note = with_adapter_settings("search_r1,search_r1+lora", given)
+    assert options["override_adapter"] is True
+    assert "kept by the demo's turn budget: max_turns=3 (adapter: 4), max_new_tokens=80 (adapter: 64)" in note
+    assert "--override-adapter" not in note
+    _, note = with_adapter_settings("search_r1+lora", {**given, "override_adapter": True})
+    assert "kept by --override-adapter: max_turns=3" in note

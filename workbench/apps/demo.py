@@ -191,7 +191,8 @@ def run_demo(
         group_size=group_size, temperature=temperature, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed,
         device=device, log=lambda m: _say("      " + m), adapter=str(adapter) if adapter else None,
         protocol_kwargs=dict(DEMO_PROTOCOL_KWARGS), batch_mib=DEMO_BATCH_MIB, rollout_engine=rollout_engine,
-        override_adapter=True,  # the demo's own turn budget (3 x 80 tokens), not the adapter's 4 x 64
+        # the demo's own turn budget (3 x 80 tokens), not the adapter's 4 x 64, and the note says so
+        override_adapter="the demo's turn budget (workbench eval --adapter uses the adapter's)",
     )
     metrics = run.metrics()
     timings: dict[str, float] = dict(metrics.get("timings") or {})
@@ -216,7 +217,9 @@ def run_demo(
         try:
             # the run's figures already share one plotly.min.js: the page loads it rather than a second copy
             save_static(run.path / "dashboard.html", run.path.parent, share_plotlyjs=True)
-            _say(f"      -> {run.path / 'dashboard.html'} (over {run.path.parent}; opens offline)")
+            _say(f"      -> {run.path / 'dashboard.html'} (over {run.path.parent}; opens offline where it is: its "
+                 f"charts read {run.path / 'plotly.min.js'}, so copy the run folder, or write a page that stands "
+                 f"alone with `workbench dashboard --static FILE --runs {run.path.parent}`)")
         except Exception as e:  # noqa: BLE001 - the run is already written; report and go on
             nb_status["dashboard.html"] = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500]}
             _say(f"      dashboard FAILED: {type(e).__name__}: {e}")

@@ -332,7 +332,13 @@ def with_adapter_settings(methods: str | list[str] | tuple[str, ...], options: d
     was trained with filled in for its ``M+lora`` methods: the protocol arguments their protocol takes and the turn
     budget (:class:`~workbench.rl.adapter_settings.AdapterSettings`), and a one-line note of what was applied (None:
     nothing). A given value, ``model`` or a ``+lora`` method's protocol that contradicts the adapter is a one-line
-    error unless ``options["override_adapter"]``."""
+    error unless ``options["override_adapter"]`` (a text there names who keeps the values, in the note)."""
+    given_override = options.get("override_adapter")
+    # a caller that keeps its own values on purpose names itself (the demo's turn budget), so the note does not say a
+    # flag the user never passed
+    by = given_override if isinstance(given_override, str) else None
+    if by is not None:
+        options = {**options, "override_adapter": True}
     adapter = options.get("adapter")
     trained = [EvalEntry.parse(m) for m in parse_methods(methods) if m.endswith(TRAINED)] if adapter else []
     if not trained:  # no adapter, or no method uses it: EvalConfig names that problem
@@ -345,7 +351,7 @@ def with_adapter_settings(methods: str | list[str] | tuple[str, ...], options: d
     override = bool(options.get("override_adapter"))
     notes = []
     for e in trained:  # each +lora method's protocol against the adapter's
-        _, note = settings.apply({"protocol": e.method.protocol.name}, ("protocol",), override=override)
+        _, note = settings.apply({"protocol": e.method.protocol.name}, ("protocol",), override=override, by=by)
         notes.append(note)
 
     def takes(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -360,7 +366,7 @@ def with_adapter_settings(methods: str | list[str] | tuple[str, ...], options: d
         except json.JSONDecodeError:
             return options, None  # EvalConfig names the bad JSON
     out, note = settings.apply(given, ("model", "protocol_kwargs", "max_turns", "max_new_tokens"), override=override,
-                               takes=takes)
+                               takes=takes, by=by)
     if "model" not in options:  # compared only, not an option to pass on
         out.pop("model", None)
     notes = [n.replace(f"adapter {settings.path}: ", "") for n in [*notes, note] if n]

@@ -60,12 +60,14 @@ class AdapterSettings:
     values: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, given: dict[str, Any], fields: tuple[str, ...] | list[str], *, override: bool = False,
-              takes: Any = None, check_only: tuple[str, ...] = CHECKED_ONLY) -> tuple[dict[str, Any], str | None]:
+              takes: Any = None, check_only: tuple[str, ...] = CHECKED_ONLY,
+              by: str | None = None) -> tuple[dict[str, Any], str | None]:
         """``given`` (the values the caller set; absent or None = not set) with the adapter's settings among ``fields``
         filled in, and a one-line note of what was applied or overridden (None: nothing to say).
 
         ``takes(kwargs) -> kwargs``: the protocol arguments the caller's protocol accepts (the adapter's others are
-        left out). ``check_only``: settings compared where given but never filled in. A value in ``given`` that differs from the adapter's raises a ``ValueError`` naming both and
+        left out). ``check_only``: settings compared where given but never filled in. ``by``: who kept the values
+        (the note's "kept by ..."; default the flag a user passes, :data:`OVERRIDE_FLAG`). A value in ``given`` that differs from the adapter's raises a ``ValueError`` naming both and
         :data:`OVERRIDE_FLAG`, unless ``override``."""
         out = dict(given)
         applied: list[str] = []
@@ -103,7 +105,7 @@ class AdapterSettings:
         if applied:
             parts.append(", ".join(applied) + " from its training config")
         if kept:
-            parts.append(f"kept by {OVERRIDE_FLAG}: " + ", ".join(kept))
+            parts.append(f"kept by {by or OVERRIDE_FLAG}: " + ", ".join(kept))
         return out, (f"adapter {self.path}: " + "; ".join(parts)) if parts else None
 
 
