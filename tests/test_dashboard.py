@@ -99,6 +99,11 @@ def test_the_runs_table_counts_training_steps_not_eval_rows(tmp_path):
                 {"step": 2, "reward_mean": 0.4}, {"step": 2, "eval_cem": 0.2}, {"step": 2, "val_cem": 0.3}):
         t.append_step_metrics(row)
     assert q.runs_table(tmp_path).set_index("run_id").loc[t.path.name, "steps"] == 2
+    # an imported verl run writes one row per step holding the step's rollout and validation means together
+    v = Run.create(tmp_path, kind="train", run_id="20261122-120001-verl-e", config={"model": "m"})
+    for row in ({"step": 1, "reward_mean": 0.3, "eval_cem": 0.1}, {"step": 2, "reward_mean": 0.4}):
+        v.append_step_metrics(row)
+    assert q.runs_table(tmp_path).set_index("run_id").loc[v.path.name, "steps"] == 2
 
 
 def test_runs_table_one_row_per_run(runs_root):

@@ -686,9 +686,10 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path |
             steps, err = read_step_metrics(d / STEP_METRICS)
             if err:
                 errors.append(err)
-            # training steps only: a held-out (eval_*) or validation (val_*) row shares its step number
+            # training steps only: a row of held-out (eval_*) or validation (val_*) values alone shares its step
+            # number; an imported verl run's step row carries both
             row["steps"] = len({s.get("step", i) for i, s in enumerate(steps)
-                                if not any(str(k).startswith(("eval_", "val_")) for k in s)})
+                                if any(k != "step" and not str(k).startswith(("eval_", "val_")) for k in s)})
             rewards = [_number(s.get("reward_mean")) for s in steps]
             rewards = [r for r in rewards if r is not None]
             row["reward_mean"] = rewards[-1] if rewards else None
