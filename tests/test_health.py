@@ -285,3 +285,24 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_first(tmp_path, tiny_mod
     first.train()  # finished: the lock is released
     again = Trainer.resume(first.run.path, wm.run_parts, progress=False, steps=2)
     assert again.step == 1
+
+
+def test_rollout_incentives_rescored_with_the_runs_own_rubric_is_the_run(tmp_path, tiny_model):
+    """``bench/rollout_incentives.py`` re-scores a run's own rollouts: with the preset and parameters the run
+    trained with, each rollout's reward and group advantage come back as stored; another weight moves them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rollout_incentives", ROOT / "bench" / "rollout_incentives.py")
+    ri = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ri)
+    cfg = TrainConfig(**{**TINY, "model": tiny_model, "steps": 2})
+    run = wm.trainer(cfg, run=tmp_path, progress=False).train()  # the real policy samples: groups' rewards differ
+    df = ri.load(run.path, None)
+    assert len(df) == 2 * cfg.questions_per_step * cfg.group_size and set(df["step"]) == {1, 2}
+    same = ri.rescore(df, "dynasearcher", {})
+    np.testing.assert_allclose(same["reward_new"], df["reward"], atol=1e-6)
+    np.testing.assert_allclose(same["advantage_new"], df["advantage"], atol=1e-4)
+    table = ri.table(df)
+    assert table["n"].sum() == len(df) and set(table.columns) >= {"hops", "searches", "cem", "advantage"}
+    acc_only = ri.rescore(df, "dynasearcher", {"alpha": 0.0})  # the gain term off: the accuracy term alone
+    np.testing.assert_allclose(acc_only["reward_new"], df["reward_r_acc"], atol=1e-6)
