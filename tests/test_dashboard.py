@@ -376,16 +376,22 @@ def test_lab_command_and_cli(monkeypatch, capsys):
     assert "--notebook-dir" not in mine and "--ServerApp.port=9123" not in mine
     assert mine[-2:] == ["--ServerApp.root_dir=/y", "--ServerApp.port=9000"] and "--ServerApp.ip=127.0.0.1" in mine
 
-    seen = []
-    monkeypatch.setattr(cli, "_run_until_stopped", lambda c: seen.append(c) or 0)
+    seen, envs = [], []
+    monkeypatch.setattr(cli, "_run_until_stopped", lambda c, env=None: seen.append(c) or envs.append(env) or 0)
+    monkeypatch.delenv("JUPYTER_TOKEN", raising=False)
     assert cli.main(["lab", "--port", "9124", "--no-browser", "--LabApp.news_url=None"]) == 0
     from workbench.util.paths import repo_root
 
     assert "--ServerApp.port=9124" in seen[0] and seen[0][4] == str(repo_root())
     assert "--LabApp.news_url=None" in seen[0]
     out = capsys.readouterr().out
-    token = next(a for a in seen[0] if a.startswith("--IdentityProvider.token=")).split("=", 1)[1]
+    # the token reaches the server in its environment, never on its command line (which `ps` shows everyone)
+    token = envs[0]["JUPYTER_TOKEN"]
+    assert len(token) == 48 and not any(token in a for a in seen[0]) and not any("token" in a.lower() for a in seen[0])
     assert f"http://127.0.0.1:9124/lab?token={token}" in out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["lab", "--port", "9124", "--IdentityProvider.token=abc"])
+    assert "visible to every user" in str(e.value) and len(seen) == 1
     with pytest.raises(SystemExit) as e:  # only `lab` passes unknown flags on
         cli.main(["eval", "--method", "direct", "--bogus-flag"])
     assert e.value.code == 2
@@ -393,12 +399,15 @@ def test_lab_command_and_cli(monkeypatch, capsys):
 
 def test_stopping_workbench_lab_stops_its_jupyter_server(tmp_path):
     """SIGTERM to `workbench lab` (a scripted start and stop): the JupyterLab server it started goes too, and its
-    port is free again (it used to keep running, orphaned)."""
+    port is free again (it used to keep running, orphaned). While it runs, its API opens with the printed token
+    only, and the token is on no process's command line."""
     import signal
     import socket
     import subprocess
     import sys
     import time
+    import urllib.error
+    import urllib.request
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -406,7 +415,7 @@ def test_stopping_workbench_lab_stops_its_jupyter_server(tmp_path):
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "lab", "--port", str(port), "--no-browser",
                              "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def listening() -> bool:
         with socket.socket() as s:
@@ -417,6 +426,20 @@ def test_stopping_workbench_lab_stops_its_jupyter_server(tmp_path):
         while not listening() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.5)
         assert listening(), "JupyterLab did not start"
+        token = proc.stdout.readline().strip().rsplit("token=", 1)[1]
+
+        def status(url: str) -> int:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        api = f"http://127.0.0.1:{port}/api/kernels"
+        assert status(f"{api}?token={token}") == 200 and status(api) == 403
+        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        lines = [Path(f"/proc/{p}/cmdline").read_bytes() for p in [proc.pid, *kids]]
+        assert len(lines) >= 2 and not any(token.encode() in c for c in lines)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         deadline = time.time() + 15

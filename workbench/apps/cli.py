@@ -724,12 +724,13 @@ def _lab_args(p: argparse.ArgumentParser) -> None:
                 "Opens at the project root, so notebooks/ and the executed notebooks under runs/ are both reachable.")
 
 
-def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = None, token: str | None = None,
+def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = None,
                 extra: Sequence[str] = ()) -> list[str]:
     """The JupyterLab command line: the project root, loopback only, the `workbench` kernel by default.
 
     As root (a container) it adds ``--allow-root``, which Jupyter otherwise demands; ``extra`` flags
-    are passed through to Jupyter unchanged.
+    are passed through to Jupyter unchanged. The token is not on it: a command line is readable by every user of
+    the machine (``ps``), so :func:`lab` hands it over in the server's environment (``JUPYTER_TOKEN``).
     """
     import os
 
@@ -747,8 +748,6 @@ def lab_command(port: int = 8888, no_browser: bool = False, root: str | None = N
     for names, flags in defaults:
         if not given.intersection(names):
             cmd += flags
-    if token:
-        cmd.append(f"--IdentityProvider.token={token}")
     if no_browser:
         cmd.append("--no-browser")
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
@@ -763,18 +762,21 @@ def lab(args: argparse.Namespace) -> int:
     if not any(flag.startswith(("--ServerApp.port", "--ServerApp.ip", "--ip")) for flag in extra):
         # Jupyter would move on to a free port, and the URL printed below would name the wrong server
         _check_listen("127.0.0.1", args.port, fix="pick another --port, or stop the server using this one")
-    token = secrets.token_hex(24)
-    cmd = lab_command(args.port, args.no_browser, token=token, extra=extra)
+    if any(flag.startswith(("--IdentityProvider.token", "--ServerApp.token", "--NotebookApp.token")) for flag in extra):
+        raise SystemExit("workbench lab: error: a token on the command line is visible to every user of this machine "
+                         "(ps); leave it out (a fresh one is made), or set JUPYTER_TOKEN in the environment")
+    token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+    cmd = lab_command(args.port, args.no_browser, extra=extra)
     print(f"JupyterLab: http://127.0.0.1:{args.port}/lab?token={token}\n"
           "  (kernel 'workbench'; notebooks/ holds the notebooks, runs/<id>/notebooks/ the executed ones)", flush=True)
-    return _run_until_stopped(cmd)
+    return _run_until_stopped(cmd, env={**os.environ, "JUPYTER_TOKEN": token})
 
 
 class _Stopped(Exception):
     pass
 
 
-def _run_until_stopped(cmd: list[str], grace: float = 10.0) -> int:
+def _run_until_stopped(cmd: list[str], grace: float = 10.0, env: dict[str, str] | None = None) -> int:
     """Run ``cmd`` and return its exit status; a SIGTERM or SIGHUP to this process (or Ctrl-C) stops it first, so the
     server does not outlive the command that started it (it kept its port, orphaned, before)."""
     import signal
@@ -783,7 +785,7 @@ def _run_until_stopped(cmd: list[str], grace: float = 10.0) -> int:
     def stop(signum: int, frame: Any) -> None:
         raise _Stopped(signum)
 
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return proc.wait()
