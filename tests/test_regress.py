@@ -90,6 +90,13 @@ cases:
         "duplicate": "cases:\n  - {name: a, notebook: w}\n  - {name: a, notebook: w}\n",
         "unknown keys": "cases:\n  - {name: a, notebook: w, tolerance: 1}\n",
         "exactly one of": "setup:\n  - {name: f}\ncases: []\n",
+        # papermill writes parameter names as they are into the injected cell: a name that is code is refused
+        "not a Python name": "cases:\n  - name: a\n    notebook: w\n    parameters:\n"
+                             "      \"y = 1\\nimport os; os.system('touch pwned')\\nz\": 1\n",
+        "is not a Python name": "cases:\n  - {name: a, notebook: w, parameters: {class: 1}}\n",
+        "parameters must be a mapping": "cases:\n  - {name: a, notebook: w, parameters: [1]}\n",
+        # a notebook is named, not reached by a path: nothing outside the notebooks folder runs
+        "no path": "cases:\n  - {name: a, notebook: ../../../elsewhere/nb}\n",
     }
     for msg, text in bad.items():
         with pytest.raises(ValueError, match=msg):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import math
 import os
 import re
@@ -191,7 +192,20 @@ def load_suite(path: str | os.PathLike, notebooks_dir: str | os.PathLike | None 
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ValueError(f"{where}: case name {name!r} may only use letters, digits, _ . -")
         metrics = {str(m): Tolerance.parse(spec, f"{where} metric {m!r}") for m, spec in (c.get("metrics") or {}).items()}
-        case = Case(name, str(c["notebook"]).removesuffix(".ipynb"), dict(c.get("parameters") or {}), metrics)
+        notebook = str(c["notebook"]).removesuffix(".ipynb")
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", notebook) or ".." in notebook:
+            raise ValueError(f"{where}: notebook {c['notebook']!r} must be a notebook's name in the notebooks folder "
+                             "(letters, digits, _ . -; no path), e.g. 01_trajectory_inspector")
+        params = c.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise ValueError(f"{where}: parameters must be a mapping of name: value, got {type(params).__name__}")
+        for key in params:
+            # papermill writes each name as is into the injected cell (the values are quoted): only a Python name
+            # may pass, or a key would be code
+            if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
+                raise ValueError(f"{where}: parameter name {key!r} is not a Python name (letters, digits and _, not "
+                                 "starting with a digit): it must be one of the notebook's parameters")
+        case = Case(name, notebook, dict(params), metrics)
         earlier = {x.name for x in cases}
         if name in earlier:
             raise ValueError(f"{where}: duplicate case name {name!r}")
