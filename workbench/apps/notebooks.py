@@ -23,19 +23,65 @@ def notebooks_dir() -> Path:
     return repo_root() / "notebooks"
 
 
-def pick_run(run_dir: str = "", parameter: str = "run_dir", required: bool = True) -> Any:
-    """The run a notebook opens: ``run_dir``, else the newest complete run under ``runs/`` (``list_runs()[0]``).
-    Without one: a FileNotFoundError naming the notebook's ``parameter``, or None when not ``required``."""
-    from workbench.storage.runs import newest_run, open_run
+def _has_groups(config: dict[str, Any]) -> bool:
+    """A run rolled out several samples a question (a training run, or an eval with ``--group-size`` > 1)."""
+    sizes = [config.get("group_size"), (config.get("eval") or {}).get("group_size"),
+             (config.get("rollout") or {}).get("group_size")]
+    return config.get("kind") == "train" or any(isinstance(g, int) and g > 1 for g in sizes)
 
+
+def _uses_kg(config: dict[str, Any]) -> bool:
+    """A run with a method whose protocol searches the knowledge graph (DynaSearcher's, say)."""
+    from workbench.methods import get_method
+
+    names = list((config.get("eval") or {}).get("methods") or config.get("methods") or [])
+    names += [config["method"]] if isinstance(config.get("method"), str) else []
+    for name in names:
+        try:
+            if "kg" in get_method(str(name).split("+", 1)[0]).tools:
+                return True
+        except (KeyError, ValueError):
+            continue  # a method this install does not know
+    return False
+
+
+#: What a notebook's default run must have to show anything: "the newest run" is the newest that has it.
+NEEDS = {"groups": ("groups of samples (group size > 1)", _has_groups),
+         "kg": ("a method that searches the knowledge graph", _uses_kg)}
+
+
+def pick_run(run_dir: str = "", parameter: str = "run_dir", required: bool = True, needs: str | None = None) -> Any:
+    """The run a notebook opens: ``run_dir``, else the newest complete run under ``runs/`` (``list_runs()[0]``) or,
+    with ``needs`` (a key of :data:`NEEDS`), the newest complete run that has what the notebook shows (the reward
+    playground needs groups, the KG explorer KG searches; the quickstart's run has neither), saying which it took.
+    Without one: a FileNotFoundError naming the notebook's ``parameter``, or None when not ``required``."""
+    from workbench.storage.runs import list_runs, newest_run, open_run
+
+    if needs is not None and needs not in NEEDS:
+        raise ValueError(f"pick_run(needs={needs!r}): one of {', '.join(sorted(NEEDS))}")
     if run_dir:
         return open_run(run_dir)
     try:
-        return newest_run()
+        newest = newest_run()
     except FileNotFoundError as e:
         if not required:
             return None
         raise FileNotFoundError(f"{e}; or set {parameter} in the notebook's parameters cell") from None
+    if needs is None:
+        return newest
+    what, has = NEEDS[needs]
+    for run in (r for r in list_runs() if r.complete):
+        try:
+            ok = has(run.config)
+        except (OSError, ValueError):
+            continue  # an unreadable config.json: not this run
+        if ok:
+            if run.path != newest.path:
+                print(f"{parameter}: {run.path.name}, the newest run with {what}; the newest run, {newest.path.name}, "
+                      f"has none (set {parameter} to choose)")
+            return run
+    print(f"{parameter}: no run under {newest.path.parent} has {what}; showing the newest, {newest.path.name}")
+    return newest
 
 
 def notebook_path(name: str) -> Path:
