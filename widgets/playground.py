@@ -347,6 +347,53 @@ def playground_metrics(state: PlaygroundState) -> dict[str, Any]:
     }
 
 
+def train_settings(state: PlaygroundState) -> dict[str, Any]:
+    """The reward the playground shows now as ``TrainConfig`` fields (section ``rewards``): the preset, every
+    parameter and every weight (all of them, so a method's own defaults cannot move what was tuned here)."""
+    if state.result is None:
+        raise ValueError(f"the playground has no valid setting to train with: {state.error}")
+    return {"reward": state.preset, "reward_params": {k: _plain(v) for k, v in state.params.items()},
+            "reward_weights": {k: float(v) for k, v in state.weights.items()}}
+
+
+def train_command(state: PlaygroundState) -> str:
+    """A ``workbench train`` command line that trains with the reward shown (add the method, steps, ...)."""
+    import json
+    import shlex
+
+    t = train_settings(state)
+    return (f"workbench train --reward {shlex.quote(t['reward'])} "
+            f"--reward-params {shlex.quote(json.dumps(t['reward_params'], sort_keys=True))} "
+            f"--reward-weights {shlex.quote(json.dumps(t['reward_weights'], sort_keys=True))}")
+
+
+def save_reward_config(state: PlaygroundState, path: str | Any) -> Any:
+    """Write the reward shown as a YAML file ``workbench train --config FILE`` reads (section ``rewards``; other flags
+    on the command line add to it). Returns the path."""
+    from pathlib import Path
+
+    import yaml
+
+    from workbench.util.io import atomic_write_text
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    head = f"# the reward playground's setting over {state.source_note}\n# train with it: workbench train --config {p}\n"
+    atomic_write_text(p, head + yaml.safe_dump({"rewards": train_settings(state)}, sort_keys=False))
+    return p
+
+
+def _train_html(state: PlaygroundState, saved: str = "") -> str:
+    try:
+        cmd = train_command(state)
+    except ValueError:
+        return ""
+    tail = (f"<br>saved: <code>{html.escape(saved)}</code> — <code>workbench train --config {html.escape(saved)}</code>"
+            if saved else "")
+    return (f"<div style='font-size:12px'>train with this reward: <code style='user-select:all'>{html.escape(cmd)}"
+            f"</code>{tail}</div>")
+
+
 def _plain(v: Any) -> Any:
     if isinstance(v, (np.floating, float)):
         return None if math.isnan(float(v)) else float(v)
@@ -361,6 +408,7 @@ def reward_playground(
     *,
     bins: int = 30,
     max_rows: int = 50,
+    config_path: Any = "reward_config.yaml",
 ) -> W.VBox:
     """The reward playground over ``source`` (a run, a run directory, or a features DataFrame).
 
@@ -371,6 +419,8 @@ def reward_playground(
         weights: component weights to start from.
         bins: histogram bins.
         max_rows: rows shown in the rank-change table.
+        config_path: where *save reward config* writes the setting shown (a YAML file for ``workbench train
+            --config``).
 
     Returns a VBox with handles: ``preset`` (Dropdown), ``sliders`` (parameter → widget),
     ``weight_sliders`` (component → slider), ``figures`` (``total``, ``components``,
@@ -391,6 +441,9 @@ def reward_playground(
     views["total"].layout.flex = "1 1 0%"  # beside the keep rate's fixed width, the total takes the rest of the row
     preset_pick = W.Dropdown(options=sorted(PRESETS), value=preset, description="preset")
     reset = W.Button(description="reset to defaults", tooltip="parameters and weights back to the preset's defaults")
+    save = W.Button(description="save reward config", tooltip=f"write the setting shown to {config_path} for "
+                    "`workbench train --config`")
+    train_box = W.HTML()
     doc = W.HTML()
     param_box, weight_box = W.VBox(), W.VBox()
     summary, table = W.HTML(), W.HTML()
@@ -414,6 +467,7 @@ def reward_playground(
             summary.value = f"<p style='color:#b00020'><b>Not updated:</b> {html.escape(str(e))}</p>"
             return
         state.params, state.weights, state.result, state.error = params_now, weights_now, result, None
+        train_box.value = _train_html(state)
         _draw(result)
         state.updates += 1
         state.seconds = time.perf_counter() - t0
@@ -498,16 +552,23 @@ def reward_playground(
         base = state.base
         set_values(dict(base.params), dict(base.weights))
 
+    def on_save(_: Any) -> None:
+        try:
+            train_box.value = _train_html(state, str(save_reward_config(state, config_path)))
+        except (OSError, ValueError) as e:
+            train_box.value = f"<p style='color:#b00020'><b>Not saved:</b> {html.escape(str(e))}</p>"
+
     build(preset, params, weights)
     preset_pick.observe(on_preset, names="value")
     reset.on_click(on_reset)
+    save.on_click(on_save)
     update()
 
     note_html = W.HTML(f"<div style='font-size:12px;color:#555'>{html.escape(note)}</div>")
     box = W.VBox([
-        W.HBox([preset_pick, reset]), doc, note_html,
+        W.HBox([preset_pick, reset, save]), doc, note_html,
         W.HBox([param_box, weight_box]),
-        summary,
+        summary, train_box,
         W.HBox([views["total"], views["keep"]]),
         views["components"],
         views["advantages"],
@@ -517,6 +578,7 @@ def reward_playground(
     box.views = views
     box.table, box.summary, box.state, box.source_note = table, summary, state, note
     box.update, box.set, box.metrics = update, set_values, lambda: playground_metrics(state)
+    box.save_button, box.train_box = save, train_box
     return box
 
 
