@@ -205,6 +205,25 @@ def test_comparison_over_every_shared_question(runs, questions):
     assert (ins.left_w.value, ins.right_w.value) == ("direct", "search_r1") and SECRET in ins.diff.value
 
 
+def test_chosen_diff_sources_survive_filter_changes(runs):
+    """Sources picked by hand (or by open_on_difference) stay when a filter changes or another trajectory shows;
+    before any choice the left follows the trajectory shown."""
+    ins = trajectory_inspector(runs[0]).inspector
+    ins.tabs.selected_index = 3
+    ins.set_filters(method="search_r1")
+    assert ins.left_w.value == "search_r1" and not ins.diff_pinned  # follows the one shown
+    ins.left_w.value, ins.right_w.value = "direct", "search_r1"
+    assert ins.diff_pinned
+    for change in ({"method": "search_r1", "hops": 2}, {"hops": None}, {"method": None}):
+        ins.set_filters(**change)
+        ins.step(+1)
+        assert (ins.left_w.value, ins.right_w.value) == ("direct", "search_r1"), change
+    fresh = trajectory_inspector(runs[0]).inspector
+    fresh.open_on_difference("direct", "search_r1")
+    fresh.set_filters(method="search_r1", hops=1)
+    assert (fresh.left_w.value, fresh.right_w.value) == ("direct", "search_r1")
+
+
 def test_open_on_difference_shows_the_question_the_second_method_gained(runs, questions):
     ins = trajectory_inspector(runs[0]).inspector
     ins.set_filters(method="direct", hops=1)  # filters that hide the question are reset

@@ -158,6 +158,9 @@ class TrajectoryInspector:
         self._pairs_shown: tuple[Any, ...] | None = None
         self.diff_note = ""
         self.diff_reason = ""  # why open_on_difference opened nothing, in plain text ("" when it opened a pair)
+        self.diff_pinned = False
+        """True once the diff tab's sources were chosen (by hand, ``diff_methods`` / ``compare_dir`` or a pair opened):
+        from then on a filter change or another trajectory keeps them, instead of the left following the one shown."""
 
         for w in (self.run_w, self.dataset_w, self.method_w, self.protocol_w, self.hops_w, self.correct_w,
                   self.metric_w, self.threshold_w, self.searches_w, self.reward_w, self.failed_w, self.search_w):
@@ -166,8 +169,8 @@ class TrajectoryInspector:
         self.next_w.on_click(lambda _: self.step(+1))
         self.pick.observe(lambda _: self.show(), names="value")
         self.preset_w.observe(self._on_preset, names="value")
-        self.left_w.observe(lambda _: self._show_diff(), names="value")
-        self.right_w.observe(lambda _: self._show_diff(), names="value")
+        self.left_w.observe(self._on_source, names="value")
+        self.right_w.observe(self._on_source, names="value")
         self.category_w.observe(lambda _: self._show_pairs(), names="value")
         self.pair_w.observe(self._on_pair, names="value")
         self.clear_w.on_click(lambda _: self.clear_filters())
@@ -403,8 +406,16 @@ class TrajectoryInspector:
             note += " · the reward filter uses the runs' stored rewards"
         self.reward.value = reward_html(self.reward_table, i, sub, note)
 
+    def _on_source(self, change: Any) -> None:
+        if not self._diff_lock:
+            self.diff_pinned = True  # picked by hand
+        self._show_diff()
+
     def _default_diff(self, i: int) -> None:
-        """Left follows the shown trajectory; right keeps its source if that one answered this question."""
+        """Left follows the shown trajectory; right keeps its source if that one answered this question. Sources that
+        were chosen (:attr:`diff_pinned`) stay."""
+        if self.diff_pinned:
+            return
         src = self.frame.at[i, "source"]
         rows = self._question_rows(i)
         here = set(self._sources[1][self._sources[0][rows]])
@@ -499,6 +510,7 @@ class TrajectoryInspector:
             self.left_w.value, self.right_w.value = left, right
         finally:
             self._diff_lock = False
+        self.diff_pinned = True
         self._diff_lock = True
         try:
             self.tabs.selected_index = DIFF_TAB
@@ -544,6 +556,7 @@ class TrajectoryInspector:
             self.left_w.value, self.right_w.value = left, right
         finally:
             self._diff_lock = False
+        self.diff_pinned = True
         self._show_diff(pairs=False)
 
     def _show_diff(self, pairs: bool = True) -> None:
