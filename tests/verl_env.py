@@ -21,9 +21,14 @@ requires_verl_env = pytest.mark.skipif(
 )
 
 
-def run_in_verl(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """Run ``.venv-verl/bin/python ARGS`` at the repository root, one thread, offline; output captured."""
+def run_in_env(python: Path, args: list[str], timeout: float, **extra_env: str) -> subprocess.CompletedProcess:
+    """Run ``PYTHON ARGS`` (another environment's interpreter) at the repository root, one thread, offline;
+    output captured."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([str(VERL_PYTHON), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+           "PYTHONWARNINGS": "ignore", **extra_env}
+    return subprocess.run([str(python), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_in_verl(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``.venv-verl/bin/python ARGS`` (:func:`run_in_env`)."""
+    return run_in_env(VERL_PYTHON, args, timeout)

