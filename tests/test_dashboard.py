@@ -92,6 +92,27 @@ def _broken_copy(runs_root: Path, tmp_path: Path) -> Path:
 # --------------------------------------------------------------------------- queries
 
 
+def test_by_dataset_pools_complete_eval_runs_weighted_by_questions():
+    """The by-dataset bars were an unweighted mean of per-run means over every run: a one-question ask run counted as
+    much as an 18-question eval, and a training run's sampled batches joined in."""
+    import pandas as pd
+
+    df = pd.DataFrame([
+        {"run_id": "a", "dataset": "world", "method": "search_r1", "n": 4, "f1": 0.062, "status": "complete", "kind": "eval"},
+        {"run_id": "b", "dataset": "world", "method": "search_r1", "n": 18, "f1": 0.014, "status": "complete", "kind": "eval"},
+        {"run_id": "c", "dataset": "world", "method": "search_r1", "n": 1, "f1": 0.0, "status": "complete", "kind": "ask"},
+        {"run_id": "d", "dataset": "world", "method": "search_r1", "n": 24, "f1": 0.5, "status": "complete", "kind": "train"},
+        {"run_id": "e", "dataset": "world", "method": "search_r1", "n": 3, "f1": 0.9, "status": "killed", "kind": "eval"},
+    ])
+    fig = dash.compare_figure(df, ["f1"], by="dataset")
+    (bar,) = fig.data
+    assert list(bar.y) == pytest.approx([(4 * 0.062 + 18 * 0.014) / 22])
+    title = fig.layout.title.text
+    assert "complete eval runs, weighted by questions" in title and "3 other or unfinished left out" in title
+    by_run = dash.compare_figure(df, ["f1"])  # by run, every run is drawn, as it is
+    assert len(by_run.data[0].x) == 5
+
+
 def test_the_runs_table_counts_training_steps_not_eval_rows(tmp_path):
     """A 2-step run with held-out rows at steps 0 and 2 and validation rows beside them is a 2-step run."""
     t = Run.create(tmp_path, kind="train", run_id="20261122-120000-train-e", config={"model": "m"})

@@ -210,7 +210,7 @@ def test_a_killed_run_is_marked_everywhere_and_never_picked(tmp_path, tokenizer)
     assert {x for t in by_run.data for x in t.x} == {GOOD, f"{KILLED} (killed)"}
     by_dataset = dash.compare_figure(m, ["f1"], by="dataset")  # GOOD's means alone (KILLED scored 0)
     assert [list(t.y) for t in by_dataset.data] == [[0.5], [0.5]]
-    assert "1 unfinished left out" in by_dataset.layout.title.text
+    assert "1 other or unfinished left out" in by_dataset.layout.title.text
 
     page = dash.build_app(root)
     text = " ".join(str(getattr(o, "object", "")) for o in page.select())

@@ -59,10 +59,21 @@ def _run_labels(df: pd.DataFrame) -> pd.Series:
     return pd.Series([run_label(r, s) for r, s in zip(df["run_id"], df["status"])], index=df.index, dtype=object)
 
 
+def _pooled(df: pd.DataFrame, by: str, m: str) -> pd.DataFrame:
+    """``m`` per ``by`` and method over the runs in ``df``: each run's mean weighted by its trajectories (``n``;
+    unweighted without it), so a one-question run counts for one question, not for a run."""
+    if "n" not in df:
+        return df.groupby([by, "method"], as_index=False)[m].mean()
+    d = df[df[m].notna()].assign(_w=lambda x: x["n"].astype(float), _wm=lambda x: x[m] * x["n"].astype(float))
+    g = d.groupby([by, "method"], as_index=False)[["_wm", "_w"]].sum()
+    return g.assign(**{m: g["_wm"] / g["_w"]})[[by, "method", m]]
+
+
 def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
     """Grouped bars, one group per run (or dataset), one bar per method; a dropdown picks the metric. By run, an
-    unfinished run is marked (:func:`run_label`); by dataset, the means are over complete runs only (when ``df``
-    says which: a ``status`` column) and the title counts the runs left out."""
+    unfinished run is marked (:func:`run_label`); by dataset, the means pool complete evaluation runs only (when
+    ``df`` says which: ``status`` and ``kind`` columns; a training run's batches are sampled rollouts of training
+    questions, an ask run one question), weighted by each run's trajectories, and the title counts the runs left out."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -71,19 +82,26 @@ def compare_figure(df: pd.DataFrame, metrics: list[str], by: str = "run_id"):
     left_out = 0
     if by == "run_id":
         df = df.assign(run_id=_run_labels(df))
-    elif "status" in df:  # a killed or running run's partial means would pull the mean over runs
-        left_out = df.loc[df["status"] != "complete", "run_id"].nunique()
-        df = df[df["status"] == "complete"]
+    else:
+        keep = pd.Series(True, index=df.index)
+        if "status" in df:  # a killed or running run's partial means would pull the mean over runs
+            keep &= df["status"] == "complete"
+        if "kind" in df:
+            keep &= df["kind"].isin(["eval", ""])
+        left_out = df.loc[~keep, "run_id"].nunique()
+        df = df[keep]
     for m in metrics:
-        data = df if by == "run_id" else df.groupby([by, "method"], as_index=False)[m].mean()
+        data = df if by == "run_id" else _pooled(df, by, m)
         for method, g in data.groupby("method", sort=True):
             traces.setdefault(m, []).append(len(fig.data))
             # each bar labelled with its value: a method that scored 0 shows "0" where its bar would be
             fig.add_bar(name=escape_label(method), x=g[by].map(escape_label), y=g[m], marker_color=colours[str(method)],
                         legendgroup=str(method), text=g[m], texttemplate="%{y:.3~f}", textposition="outside",
                         cliponaxis=False)
-    runs = "complete runs" if "status" in df else "runs"
-    what = "run" if by == "run_id" else f"{by} (mean over {runs}" + (f"; {left_out} unfinished left out)" if left_out else ")")
+    runs = ("complete eval runs" if "kind" in df else "complete runs") if "status" in df else "runs"
+    weighted = ", weighted by questions" if "n" in df else ""
+    what = "run" if by == "run_id" else (f"{by} (mean over {runs}{weighted}"
+                                         + (f"; {left_out} other or unfinished left out)" if left_out else ")"))
     fig.update_layout(barmode="group", height=380, legend_title_text="method", xaxis_type="category")
     return with_metric_menu(fig, traces, {m: f"{m} by {what} and method" for m in metrics})
 

@@ -66,10 +66,24 @@ def run_states(runs_dir: str | os.PathLike) -> dict[str, str]:
     return {d.name: run_status(d).state for d in run_dirs(runs_dir)}
 
 
+def run_kinds(runs_dir: str | os.PathLike) -> dict[str, str]:
+    """Each run's kind by run id (``eval``, ``train``, ``ask``, ``sft``...; from its ``config.json``, "" when unreadable)."""
+    out = {}
+    for d in run_dirs(runs_dir):
+        try:
+            cfg = _read_json(d / CONFIG)
+        except (OSError, ValueError):
+            cfg = {}
+        out[d.name] = str(cfg.get("kind") or "") if isinstance(cfg, dict) else ""
+    return out
+
+
 def _with_status(df: pd.DataFrame, runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """``df`` with a ``status`` column: the state of each row's run (:func:`run_states`)."""
-    states = run_states(runs_dir)
+    """``df`` with ``status`` (the state of each row's run, :func:`run_states`) and ``kind`` (:func:`run_kinds`)
+    columns: an aggregate over runs takes complete evaluations only, not training batches or single questions."""
+    states, kinds = run_states(runs_dir), run_kinds(runs_dir)
     df["status"] = [states.get(r, INCOMPLETE) for r in df["run_id"]]
+    df["kind"] = [kinds.get(r, "") for r in df["run_id"]]
     return df
 
 
