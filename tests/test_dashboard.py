@@ -113,6 +113,14 @@ def test_by_dataset_pools_complete_eval_runs_weighted_by_questions():
     assert len(by_run.data[0].x) == 5
 
 
+def test_training_curves_have_whole_steps_on_their_axis():
+    import pandas as pd
+
+    curves = pd.DataFrame({"run_id": ["r", "r"], "metric": ["reward_mean"] * 2, "step": [1, 2], "value": [0.1, 0.2]})
+    fig = dash.curves_figure(curves, ["reward_mean"])
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"
+
+
 def test_the_runs_table_counts_training_steps_not_eval_rows(tmp_path):
     """A 2-step run with held-out rows at steps 0 and 2 and validation rows beside them is a 2-step run."""
     t = Run.create(tmp_path, kind="train", run_id="20261122-120000-train-e", config={"model": "m"})

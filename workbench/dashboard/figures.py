@@ -119,7 +119,9 @@ def curves_figure(curves: pd.DataFrame, metrics: list[str]):
             traces.setdefault(m, []).append(len(fig.data))
             fig.add_scatter(x=g["step"], y=g["value"], mode="lines+markers",
                             name=escape_label(_run_labels(g).iloc[0]), line_color=colours[run_id])
-    fig.update_layout(xaxis_title="step", height=400, legend_title_text="run")
+    # steps are whole numbers: no 1.5 on the axis of a 2-step run
+    fig.update_layout(xaxis_title="step", height=400, legend_title_text="run", xaxis_tickformat="d",
+                      xaxis_dtick=1 if curves["step"].nunique() <= 12 else None)
     return with_metric_menu(fig, traces, {m: f"{m} per training step" for m in metrics})
 
 
