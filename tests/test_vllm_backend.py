@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_env import requires_vllm_env, run_in_vllm
+from tests.vllm_env import requires_vllm_env, start_in_vllm
 
 pytestmark = [pytest.mark.slow, requires_vllm_env]
 
@@ -28,17 +28,41 @@ LOGPROB_BOUND = 1e-3
 
 
 @pytest.fixture(scope="module")
-def agreement(tmp_path_factory):
-    out = tmp_path_factory.mktemp("vllm") / "agreement.json"
-    proc = run_in_vllm(["tests/vllm_agreement.py", str(out)], timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+def both(tmp_path_factory):
+    """vLLM's rollouts (``tests/vllm_agreement.py`` in ``.venv-vllm``) and, made while they run (this worker would
+    only wait, and vLLM's engine keeps to one core), the references of :func:`reference`."""
+    from tests import vllm_agreement as va
+
+    d = tmp_path_factory.mktemp("vllm")
+    out, log = d / "agreement.json", d / "vllm.log"
+    proc = start_in_vllm(["tests/vllm_agreement.py", str(out)], log)
+    try:
+        ref = _reference(va)
+        proc.wait(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, log.read_text(errors="replace")[-3000:]
+    got = json.loads(out.read_text())
+    assert (got["examples"], got["max_turns"], got["max_new_tokens"], got["protocol_kwargs"]) == (
+        [e.id for e in ref["examples"]], va.MAX_TURNS, va.MAX_NEW_TOKENS, va.PROTOCOL_KWARGS)
+    return got, ref
 
 
 @pytest.fixture(scope="module")
-def reference(agreement):
-    """Per case: a trainer's policy holding the case's adapter (fp32), and for the greedy cases with and without a
-    LoRA the HF backend's rollouts of the same questions."""
+def agreement(both):
+    return both[0]
+
+
+@pytest.fixture(scope="module")
+def reference(both):
+    """Per adapter: a trainer's policy holding it (fp32) and, for no adapter and the SFT one, the HF backend's greedy
+    rollouts of the same questions."""
+    return both[1]
+
+
+def _reference(va) -> dict:
     from workbench.data.world import load_world
     from workbench.methods import get_method
     from workbench.rl.policy import LoRAPolicy
@@ -47,12 +71,11 @@ def reference(agreement):
     from workbench.tools.toolbox import build_toolbox
 
     world = load_world()
-    proto = get_method("search_r1").get_protocol(**agreement["protocol_kwargs"])
+    proto = get_method("search_r1").get_protocol(**va.PROTOCOL_KWARGS)
     toolbox = build_toolbox(proto, world)
-    examples = [e for e in world.split("train") if e.id in set(agreement["examples"])]
-    cfg = RolloutConfig(max_turns=agreement["max_turns"], max_new_tokens=agreement["max_new_tokens"],
-                        temperature=0.0, max_total_tokens=2048)
-    out = {}
+    examples = world.split("train")[:va.N_QUESTIONS]
+    cfg = RolloutConfig(max_turns=va.MAX_TURNS, max_new_tokens=va.MAX_NEW_TOKENS, temperature=0.0, max_total_tokens=2048)
+    out: dict = {"examples": examples}
     for name, adapter in (("base", None), ("sft", ADAPTERS["sft"]), ("grpo", ADAPTERS["grpo"])):
         policy = LoRAPolicy(init_adapter=adapter, device="cpu", dtype="float32")
         greedy = None

@@ -21,12 +21,24 @@ requires_verl_env = pytest.mark.skipif(
 )
 
 
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONWARNINGS": "ignore", **extra}
+
+
 def run_in_env(python: Path, args: list[str], timeout: float, **extra_env: str) -> subprocess.CompletedProcess:
     """Run ``PYTHON ARGS`` (another environment's interpreter) at the repository root, one thread, offline;
     output captured."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONWARNINGS": "ignore", **extra_env}
-    return subprocess.run([str(python), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([str(python), *args], cwd=ROOT, env=_env(**extra_env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def start_in_env(python: Path, args: list[str], log: Path, **extra_env: str) -> subprocess.Popen:
+    """:func:`run_in_env` without waiting, its output to the file ``log`` (a pipe nobody reads would fill and stall
+    it): the caller works beside it, then ``wait(timeout=...)``."""
+    with open(log, "w", encoding="utf-8") as f:
+        return subprocess.Popen([str(python), *args], cwd=ROOT, env=_env(**extra_env), stdout=f,
+                                stderr=subprocess.STDOUT, text=True)
 
 
 def run_in_verl(args: list[str], timeout: float) -> subprocess.CompletedProcess:

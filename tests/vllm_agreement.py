@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = {"sft": ROOT / "data/adapters/search_r1-sft", "grpo": ROOT / "data/adapters/search_r1-sft-grpo"}
-N_QUESTIONS, MAX_TURNS = 2, 2
+N_QUESTIONS, MAX_TURNS, MAX_NEW_TOKENS = 2, 2, 48
+PROTOCOL_KWARGS = {"observation_mode": "chat"}
 
 
 def record(traj) -> dict:
@@ -34,7 +35,7 @@ def record(traj) -> dict:
             "n_policy_turns": len(traj.policy_turns)}
 
 
-def run(out_path: str, max_new_tokens: int = 48) -> None:
+def run(out_path: str, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
     import os
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: these rows need a few MB
@@ -47,14 +48,14 @@ def run(out_path: str, max_new_tokens: int = 48) -> None:
     from workbench.tools.toolbox import build_toolbox
 
     world = load_world()
-    proto = get_method("search_r1").get_protocol(observation_mode="chat")
+    proto = get_method("search_r1").get_protocol(**PROTOCOL_KWARGS)
     toolbox = build_toolbox(proto, world)
     examples = world.split("train")[:N_QUESTIONS]
     t0 = time.perf_counter()
     backend = VLLMBackend(dtype="float32", enable_lora=True, max_lora_rank=16, enforce_eager=True,
                           max_model_len=2048, seed=0)
     result: dict = {"vllm": vllm.__version__, "load_s": time.perf_counter() - t0, "cases": {}, "seconds": {},
-                    "protocol_kwargs": {"observation_mode": "chat"}, "max_turns": MAX_TURNS,
+                    "protocol_kwargs": PROTOCOL_KWARGS, "max_turns": MAX_TURNS,
                     "max_new_tokens": max_new_tokens, "examples": [e.id for e in examples]}
     greedy = RolloutConfig(max_turns=MAX_TURNS, max_new_tokens=max_new_tokens, temperature=0.0, max_total_tokens=2048)
 

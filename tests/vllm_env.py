@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl_env import ROOT, run_in_env
+from tests.verl_env import ROOT, run_in_env, start_in_env
 
 VLLM_VENV = Path(os.environ.get("WORKBENCH_VLLM_VENV", ROOT / ".venv-vllm"))
 VLLM_PYTHON = VLLM_VENV / "bin" / "python"
@@ -25,3 +25,8 @@ requires_vllm_env = pytest.mark.skipif(
 def run_in_vllm(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Run ``.venv-vllm/bin/python ARGS`` (:func:`tests.verl_env.run_in_env`)."""
     return run_in_env(VLLM_PYTHON, args, timeout)
+
+
+def start_in_vllm(args: list[str], log: Path) -> subprocess.Popen:
+    """Start ``.venv-vllm/bin/python ARGS`` and return at once, its output to ``log`` (:func:`tests.verl_env.start_in_env`)."""
+    return start_in_env(VLLM_PYTHON, args, log)
