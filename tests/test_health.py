@@ -287,6 +287,26 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_first(tmp_path, tiny_mod
     assert again.step == 1
 
 
+def test_a_failed_train_call_lets_the_same_process_resume(tmp_path, tiny_model, monkeypatch):
+    """A step that raises (Ctrl-C in notebook 04) ends train() without the lock: the notebook that still holds the
+    trainer can resume the run at once instead of being refused by its own process."""
+    tr = _scripted_trainer(tmp_path, tiny_model, steps=3, save_every=1)
+    real = tr.collect
+    calls = []
+
+    def collect_then_stop(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tr, "collect", collect_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        tr.train()
+    again = Trainer.resume(tr.run.path, wm.run_parts, progress=False, steps=3)  # `tr` is still alive here
+    assert again.step == 1
+
+
 def test_rollout_incentives_rescored_with_the_runs_own_rubric_is_the_run(tmp_path, tiny_model):
     """``bench/rollout_incentives.py`` re-scores a run's own rollouts: with the preset and parameters the run
     trained with, each rollout's reward and group advantage come back as stored; another weight moves them."""

@@ -643,7 +643,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def train(self, steps: int | None = None) -> Run | None:
-        """Run until ``steps`` (default ``config.steps``) training steps are done; checkpoint and summarize."""
+        """Run until ``steps`` (default ``config.steps``) training steps are done; checkpoint and summarize. The run's
+        writer lock is held throughout and released on every way out, a failed or interrupted step included, so the
+        same process (a notebook after Ctrl-C) can resume the run."""
+        if self.rank == 0:
+            self.run.take_writer_lock()  # a no-op when held since __init__; taken again by a second train() call
+        try:
+            return self._train(steps)
+        finally:
+            if self.rank == 0:
+                self.run.release_writer_lock()
+
+    def _train(self, steps: int | None) -> Run | None:
         from tqdm.auto import tqdm
 
         cfg = self.config
@@ -682,7 +693,6 @@ class Trainer:
             self.finalize()
             self.trackers.close()
             self.run.mark_complete(steps=self.step)  # last: the run is complete only now
-            self.run.release_writer_lock()
         return self.run
 
     def progress_label(self) -> str:
