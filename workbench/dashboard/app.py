@@ -42,7 +42,7 @@ from workbench.dashboard.figures import (  # noqa: F401 - the figures are part o
 )
 from workbench.dashboard.tooltips import column_tooltips
 from workbench.eval.compare import MISSING
-from workbench.util.http_stack import is_loopback
+from workbench.util.http_stack import IDLE_TIMEOUT_S, MAX_HEAD_BYTES, READ_TIMEOUT_S, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -590,6 +590,15 @@ def _ask_section(root: Path, asker: Any, ask_paths: bool, on_saved: Callable[[An
 # --------------------------------------------------------------------------- serving
 
 
+HTTP_LIMITS = {"idle_connection_timeout": IDLE_TIMEOUT_S, "body_timeout": READ_TIMEOUT_S,
+               "max_header_size": MAX_HEAD_BYTES}
+"""tornado's limits for the served dashboard, the other servers' values: a request head must arrive whole within
+``idle_connection_timeout`` seconds of the connection opening or of its last reply (tornado's default is an hour, so a
+client sending a head a byte at a time, or never, held its connection for that long), and hold at most
+``max_header_size`` bytes; a body must arrive within ``body_timeout``. A websocket, once open, is not an idle
+HTTP connection: bokeh's pings keep it."""
+
+
 def check_host(host: str, allow_remote: bool) -> None:
     """Refuse a non-loopback address unless ``allow_remote``: the dashboard has no authentication."""
     if not is_loopback(host) and not allow_remote:
@@ -631,7 +640,8 @@ def serve_dashboard(
     netloc = f"[{host}]" if ipv6 else host
     # bokeh's origin allowlist cannot hold a bracketed IPv6 origin ("[::1]:port" is an "invalid host"): it is left
     # open, and `guard`, first in the server's routing, decides for every request on every bind
-    kw = dict(port=port, address=host, websocket_origin=["*"], show=show, title="workbench dashboard", verbose=False)
+    kw = dict(port=port, address=host, websocket_origin=["*"], show=show, title="workbench dashboard", verbose=False,
+              http_server_kwargs=dict(HTTP_LIMITS))
     if ipv6:  # panel's Location parses the Host header as "name:port", which "[::1]:port" breaks; the app uses no URL state
         kw["location"] = False
     page = lambda: build_app(runs_dir, asker=asker, ask_paths=ask_paths)  # noqa: E731

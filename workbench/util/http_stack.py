@@ -8,7 +8,9 @@ completions server (:mod:`workbench.rollout.server`):
   :func:`serve_forever` does the same in the foreground (``workbench serve-retrieval``);
 - a connection that has not sent a whole request head within ``idle_timeout_s`` of opening (or of its
   last response) is closed, and so is one whose reply has not moved for ``write_timeout_s`` (a client that
-  asked and does not read) (:func:`timed_protocol`; uvicorn alone keeps both forever);
+  asked and does not read) (:func:`timed_protocol`; uvicorn alone keeps both forever); a request head over
+  :data:`MAX_HEAD_BYTES` or with more than :data:`MAX_HEADERS` fields gets 431 and the connection is closed
+  (uvicorn's httptools parser has no limit of its own);
 - :class:`BodyGuard` is ASGI middleware that rejects a POST body over ``max_bytes`` (413) or not
   UTF-8 (400) before any route sees it, with the error body each server's clients expect; a body not
   received within ``read_timeout_s`` gets 408; unfinished bodies share a budget with a cap per client
@@ -46,6 +48,10 @@ WRITE_TIMEOUT_S = 15.0
 SMALL_BODY_BYTES = 64 << 10
 """Bytes of each request body drawn from the small-body pool, outside the per-client budget (a real request is a
 few KB, so it is never refused because others hold big unfinished uploads)."""
+MAX_HEAD_BYTES = 32 << 10
+"""Bytes a request head (request line and header fields) may have: a real client sends well under 2 KB."""
+MAX_HEADERS = 100
+"""Header fields a request may carry."""
 AUTHORIZED = "workbench.authorized"
 """Scope key :class:`BearerAuth` sets: False on an open path reached without the key."""
 LOOPBACK_NAMES = ("localhost",)
@@ -242,6 +248,11 @@ class BodyGuard:
             self._release(client, small, big)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            too_big = head_too_big(scope["headers"])
+            if too_big:
+                await self._reply(431, too_big, scope, receive, send, close=True)
+                return
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -272,6 +283,30 @@ class BodyGuard:
         await self.app(scope, replay, send)
 
 
+def head_too_big(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why a request head of ``headers`` is refused (431), or None: more than :data:`MAX_HEADERS` fields, or over
+    :data:`MAX_HEAD_BYTES` of them.
+
+    >>> head_too_big([(b"host", b"x")]) is None, head_too_big([(b"x-a", b"b")] * 101)
+    (True, 'the request has 101 header fields; at most 100 are read')
+    """
+    if len(headers) > MAX_HEADERS:
+        return f"the request has {len(headers)} header fields; at most {MAX_HEADERS} are read"
+    size = sum(len(k) + len(v) + 4 for k, v in headers)
+    if size > MAX_HEAD_BYTES:
+        return f"the request's header fields hold {size} bytes; at most {MAX_HEAD_BYTES} are read"
+    return None
+
+
+def _refuse_head(transport: Any, n: int) -> None:
+    """Answer 431 to a request head still unfinished after ``n`` bytes, then close (the parser never saw it whole, so
+    no ASGI app can answer)."""
+    msg = f"the request head is over {MAX_HEAD_BYTES} bytes ({n} came without its end)".encode()
+    transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                    b"connection: close\r\ncontent-length: " + str(len(msg)).encode() + b"\r\n\r\n" + msg)
+    transport.close()
+
+
 def timed_protocol(idle_timeout_s: float, write_timeout_s: float | None = WRITE_TIMEOUT_S) -> type:
     """uvicorn's HTTP protocol class, closing a connection whose request head has not arrived whole within
     ``idle_timeout_s`` of its opening or of its previous response (a silent or slow-header client), and one whose
@@ -283,11 +318,26 @@ def timed_protocol(idle_timeout_s: float, write_timeout_s: float | None = WRITE_
     A reply is written to the transport whole, which calls ``pause_writing`` while its buffer is over the
     high-water mark; a reader that keeps reading, however slowly, shrinks it and is left alone, one that
     stopped is aborted (the buffer is dropped, and the request's task ends on the lost connection).
+    The bytes of a head not yet complete are counted: past :data:`MAX_HEAD_BYTES` the client gets 431 and the
+    connection closes (httptools would keep every header it is sent).
     """
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     class TimedHTTPProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         _write_timer: Any = None
+        _head_of: Any = None  # the last request whose head was complete (None: none yet)
+        _head_bytes = 0  # bytes received since it was answered, its successor's head not yet complete
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is not self._head_of:  # a new head came whole: count afresh once it is answered
+                self._head_of, self._head_bytes = cycle, 0
+            elif (cycle is None or cycle.response_complete) and self.transport is not None \
+                    and not self.transport.is_closing():
+                self._head_bytes += len(data)  # no request in progress: these bytes are the next one's head
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    _refuse_head(self.transport, self._head_bytes)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
