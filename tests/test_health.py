@@ -326,3 +326,29 @@ def test_rollout_incentives_rescored_with_the_runs_own_rubric_is_the_run(tmp_pat
     assert table["n"].sum() == len(df) and set(table.columns) >= {"hops", "searches", "cem", "advantage"}
     acc_only = ri.rescore(df, "dynasearcher", {"alpha": 0.0})  # the gain term off: the accuracy term alone
     np.testing.assert_allclose(acc_only["reward_new"], df["reward_r_acc"], atol=1e-6)
+
+
+def test_notebook_curves_redraw_after_each_step_and_the_bar_names_the_phase(tmp_path, tiny_model, capsys, monkeypatch):
+    """Notebook 04 hands ``LiveCurves.update`` to ``train(on_step=...)``: the displayed figure is replaced after each
+    step with the curves read back from ``metrics.jsonl`` (one more point each time), and the progress bar says which
+    phase a step is in (a CPU update takes minutes)."""
+    import plotly.io as pio
+
+    from widgets.training import LiveCurves
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # a kernel's renderer (JupyterLab's figures)
+    tr = _scripted_trainer(tmp_path, tiny_model, steps=3)
+    tr.progress = True
+    shown: list[int] = []
+
+    class Handle:  # what IPython's display(..., display_id=True) returns
+        def update(self, bundle, raw=False):
+            data = bundle["application/vnd.plotly.v1+json"]["data"]
+            shown.append(max((len(t["x"]) for t in data if t.get("name") == "reward_mean"), default=0))
+
+    live = LiveCurves(tr.run, title="t")
+    live.handle = Handle()
+    tr.train(on_step=live.update)
+    assert shown[:3] == [1, 2, 3] and len(shown) == 4  # each step, then once after the final evaluation
+    err = capsys.readouterr().err
+    assert "step 1: rollouts" in err and "step 3: update of" in err

@@ -89,3 +89,56 @@ def health_figure(rows: Sequence[dict[str, Any]], title: str = "Health") -> go.F
     fig.update_layout(title=title + (f": {len(fired)} alarm(s)" if fired else ": no alarm"),
                       height=140 + 28 * max(1, len(signals)), showlegend=False)
     return fig
+
+
+def _bundle(fig: go.Figure, first: bool = False) -> dict[str, Any]:
+    """``fig``'s mime bundle from the default renderers. A figure's own ``_repr_mimebundle_`` has plotly's notebook
+    renderer display its plotly.js loader each time (4.8 MB a redraw); here it is activated as a displayed figure does
+    it, once a kernel, when ``first``."""
+    import plotly.io as pio
+
+    if first:
+        from plotly.io._base_renderers import MimetypeRenderer
+
+        activate = getattr(pio.renderers, "_activate_pending_renderers", None)
+        if activate is None:  # another plotly: its own bundle, loader and all
+            return fig._repr_mimebundle_()
+        activate(cls=MimetypeRenderer)
+    fig_dict, bundle = fig.to_dict(), {}
+    for name in str(pio.renderers.default or "").split("+"):
+        renderer = pio.renderers[name] if name in pio.renderers else None
+        if hasattr(renderer, "to_mimebundle"):
+            bundle.update(renderer.to_mimebundle(fig_dict))
+    return bundle or fig._repr_mimebundle_()
+
+
+class LiveCurves:
+    """:func:`training_curves` that redraw while a run trains (notebook 04): :meth:`show` displays them once, then
+    each :meth:`update` (``Trainer.train(on_step=live.update)``) reads the run's ``metrics.jsonl`` again and replaces
+    the figure in place, so the curves grow step by step instead of appearing when ``train()`` returns.
+
+    ``run`` is anything with ``step_metrics()`` (a :class:`workbench.storage.runs.Run`)."""
+
+    def __init__(self, run: Any, title: str = ""):
+        self.run, self.title = run, title
+        self.handle: Any = None
+        self.updates = 0
+
+    def figure(self) -> go.Figure:
+        return training_curves(self.run.step_metrics(), title=self.title)
+
+    def show(self) -> LiveCurves:
+        from IPython.display import display
+
+        # the figure's mime bundle, not the figure: a plotly figure displays itself through _ipython_display_, which
+        # drops the display id, so each update would add a figure below instead of replacing this one
+        self.handle = display(_bundle(self.figure(), first=True), raw=True, display_id=True)
+        return self
+
+    def update(self, row: dict[str, Any] | None = None) -> go.Figure:
+        """Redraw from the run's rows (``row``, the step just logged, is what ``on_step`` passes; the file has it)."""
+        fig = self.figure()
+        if self.handle is not None:
+            self.handle.update(_bundle(fig), raw=True)
+        self.updates += 1
+        return fig

@@ -288,11 +288,11 @@ class SFTTrainer(Trainer):
         self.trackers.log_row(row)
         return row
 
-    def train(self, steps: int | None = None) -> Run:
+    def train(self, steps: int | None = None, on_step: Any = None) -> Run:
         """Evaluate (step 0), run SFT steps until ``steps`` (default ``config.steps``), evaluate, checkpoint:
-        the RL trainer's loop over this class's ``train_step``."""
+        the RL trainer's loop over this class's ``train_step`` (``on_step`` as there)."""
         self.prepare()
-        return super().train(steps)
+        return super().train(steps, on_step)
 
     def progress_label(self) -> str:
         return f"sft {self.config.protocol}"

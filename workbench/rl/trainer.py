@@ -474,7 +474,10 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     def train_step(self) -> dict[str, Any]:
         """Collect a batch, update the adapter, log; returns the metrics row."""
-        return self.apply(self.collect(self.step + 1))
+        self._phase("rollouts")
+        sb = self.collect(self.step + 1)
+        self._phase(f"update of {len(sb.trajectories)} trajectories")
+        return self.apply(sb)
 
     def apply(self, sb: StepBatch) -> dict[str, Any]:
         """Update the adapter on a collected batch, advance the step, log; returns the metrics row."""
@@ -642,19 +645,30 @@ class Trainer:
         return {**ev, **self.log_validation()}
 
     # ------------------------------------------------------------------ the loop
-    def train(self, steps: int | None = None) -> Run | None:
+    def train(self, steps: int | None = None, on_step: Callable[[dict[str, Any]], None] | None = None) -> Run | None:
         """Run until ``steps`` (default ``config.steps``) training steps are done; checkpoint and summarize. The run's
         writer lock is held throughout and released on every way out, a failed or interrupted step included, so the
-        same process (a notebook after Ctrl-C) can resume the run."""
+        same process (a notebook after Ctrl-C) can resume the run.
+
+        ``on_step(row)`` is called after each step's row (and any evaluation after it) is logged, and once more after
+        the final evaluation: a live view redraws from the run's files there (notebook 04's curves)."""
         if self.rank == 0:
             self.run.take_writer_lock()  # a no-op when held since __init__; taken again by a second train() call
         try:
-            return self._train(steps)
+            return self._train(steps, on_step)
         finally:
+            self._bar, self._postfix = None, {}
             if self.rank == 0:
                 self.run.release_writer_lock()
 
-    def _train(self, steps: int | None) -> Run | None:
+    def _phase(self, what: str) -> None:
+        """Name the phase the step is in on the progress bar (a CPU update takes minutes: the bar says so)."""
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            done = ", ".join(f"{k}={v}" for k, v in getattr(self, "_postfix", {}).items())
+            bar.set_postfix_str(f"{done}{', ' if done else ''}step {self.step + 1}: {what}", refresh=True)
+
+    def _train(self, steps: int | None, on_step: Callable[[dict[str, Any]], None] | None = None) -> Run | None:
         from tqdm.auto import tqdm
 
         cfg = self.config
@@ -664,11 +678,14 @@ class Trainer:
             self._warn(lost)
         # closed on the way out either way (a failed step leaves the bar marked failed, not running)
         validated = -1  # the step of the last validation round
+        row: dict[str, Any] = {}
         with tqdm(total=total, initial=self.step, desc=self.progress_label(), disable=not self.progress) as bar:
+            self._bar = bar if self.progress else None
             while self.step < total:
                 row = self.train_step()
                 bar.update(1)
-                bar.set_postfix(**self.progress_postfix(row))
+                self._postfix = self.progress_postfix(row)
+                bar.set_postfix(**self._postfix)
                 if self._stop_now():
                     self._alarm(f"stopping at step {self.step}: alarm {self.stopped.name if self.stopped else '?'} "
                                 "is in --stop-on-alarm")
@@ -684,10 +701,15 @@ class Trainer:
                         break
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step < total:
                     self.save_checkpoint()
+                if on_step is not None:
+                    on_step(row)
+            self._bar = None
         if cfg.eval_limit:
             self.log_eval()
         if self.val_examples and validated != self.step:
             self.log_validation()
+        if on_step is not None and row:
+            on_step(row)
         self.save_checkpoint()
         if self.rank == 0:
             self.finalize()
