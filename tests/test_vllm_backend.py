@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import vllm_agreement as va
 from tests.vllm_env import requires_vllm_env, start_in_vllm
 
 pytestmark = [pytest.mark.slow, requires_vllm_env]
@@ -31,8 +32,6 @@ LOGPROB_BOUND = 1e-3
 def both(tmp_path_factory):
     """vLLM's rollouts (``tests/vllm_agreement.py`` in ``.venv-vllm``) and, made while they run (this worker would
     only wait, and vLLM's engine keeps to one core), the references of :func:`reference`."""
-    from tests import vllm_agreement as va
-
     d = tmp_path_factory.mktemp("vllm")
     out, log = d / "agreement.json", d / "vllm.log"
     proc = start_in_vllm(["tests/vllm_agreement.py", str(out)], log)
@@ -145,5 +144,5 @@ def test_the_adapter_written_over_the_served_folder_is_the_one_sampled(agreement
 
 def test_a_sampled_group_differs_within_and_stays_in_the_protocol(agreement):
     rows = agreement["cases"]["grpo_sampled"]
-    assert len(rows) == 4 and len({tuple(r["response_ids"]) for r in rows}) > 1  # per-prompt seeds: 4 draws
+    assert len(rows) == va.GROUP and len({tuple(r["response_ids"]) for r in rows}) > 1  # per-prompt seeds: distinct draws
     assert all(r["finish_reason"] in {"answer", "max_turns", "budget", "eos"} for r in rows)

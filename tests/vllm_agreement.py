@@ -6,8 +6,9 @@ One ``VLLMBackend`` (vLLM's offline ``LLM``, fp32 on a CPU, LoRA enabled) on the
 ``workbench.rollout.engine.rollout`` (token ids in, sampled ids and their logprobs out, the protocol's stop
 strings, the search tool's observations between turns) on the world's first training questions, greedily:
 with no adapter, with ``data/adapters/search_r1-sft`` served from a scratch folder, and again after that folder
-was overwritten with ``search_r1-sft-grpo`` (a trainer saving its next version in place): the backend must
-then serve the new weights (a new ``LoRARequest`` id), not vLLM's cached copy of the old. Then a sampled group.
+was overwritten with ``search_r1-sft-grpo`` (a trainer saving its next version in place; the first question): the
+backend must then serve the new weights (a new ``LoRARequest`` id), not vLLM's cached copy of the old. Then a sampled
+group of ``GROUP`` on the first question.
 Each trajectory's ids, mask, logprobs and finish reason go to ``OUT.json``, with the seconds each part took;
 the test recomputes them with the HF backend and the trainer's fp32 logprobs in the main environment.
 Top-level imports are stdlib only: pytest's ``--doctest-modules`` imports this file in the main environment.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = {"sft": ROOT / "data/adapters/search_r1-sft", "grpo": ROOT / "data/adapters/search_r1-sft-grpo"}
-N_QUESTIONS, MAX_TURNS, MAX_NEW_TOKENS = 2, 2, 48
+N_QUESTIONS, MAX_TURNS, MAX_NEW_TOKENS, GROUP = 2, 2, 48, 2
 PROTOCOL_KWARGS = {"observation_mode": "chat"}
 
 
@@ -74,10 +75,10 @@ def run(out_path: str, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
     shutil.rmtree(served)
     shutil.copytree(ADAPTERS["grpo"], served)
     backend.set_adapter(served, name="policy")
-    case("grpo_same_folder", greedy)
+    case("grpo_same_folder", greedy, examples[:1])  # one row tells the new adapter from the old (by 4-5 orders)
     result["lora_ids"] = backend._lora_id
     sampled = RolloutConfig(max_turns=MAX_TURNS, max_new_tokens=max_new_tokens, temperature=1.0, seed=7,
-                            group_size=4, max_total_tokens=2048)
+                            group_size=GROUP, max_total_tokens=2048)
     case("grpo_sampled", sampled, examples[:1])
     Path(out_path).write_text(json.dumps(result, default=str))
 
