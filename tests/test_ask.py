@@ -8,6 +8,7 @@ retrieval server); the command line runs the real default model with the shipped
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -116,18 +117,29 @@ def test_the_default_is_the_trained_agent_and_bad_questions_are_refused(tokenize
     assert "unknown method 'nope'" in capsys.readouterr().err
 
 
+def _readme_ask() -> tuple[str, str]:
+    """The question and gold answer of the README's ``workbench ask`` example."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (q, a), = re.findall(r'`workbench ask "([^"]+)" --answer (\w+)`', readme)
+    return q, a
+
+
 def test_cli_asks_the_trained_agent_with_the_real_model(tmp_path, capsys, one_thread):
+    """The README's own example, as a user types it: the shipped adapter searches twice and answers it right."""
     if not (TRAINED_ADAPTER / "adapter_model.safetensors").exists():
         pytest.skip(f"no trained adapter at {TRAINED_ADAPTER}")
-    assert cli.main(["ask", QUESTION, "--out", str(tmp_path), "--max-new-tokens", "64",
-                     "--answer", "Nobody At All", "--answer", "Noone"]) == 0
+    question, gold = _readme_ask()
+    assert cli.main(["ask", question, "--out", str(tmp_path), "--answer", gold, "--answer", "Noone"]) == 0
     out = capsys.readouterr().out
-    assert f"Q: {QUESTION}\n" in out and "\n  search " in out and "\n  found " in out and "\nanswer: " in out
+    assert f"Q: {question}\n" in out and "\n  search " in out and "\n  found " in out and "\nanswer: " in out
     # the gold answers given: the verdict printed, the same the run stores
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     cem = float(pd.read_parquet(run_dir / "trajectories.parquet")["cem"].iloc[0])
     assert f"\nverdict: {'correct' if cem == 1 else 'wrong'} (cover-EM {cem:g}, F1 " in out
-    assert "correct means cover-EM = 1" in out and "gold: Nobody At All | Noone)" in out
+    assert "correct means cover-EM = 1" in out and f"gold: {gold} | Noone)" in out
+    assert cem == 1, f"the README's ask example is answered wrong by the shipped adapter:\n{out}"
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["kind"] == "ask" and cfg["method"] == "search_r1+lora" and cfg["adapter"] == str(TRAINED_ADAPTER)
     assert json.loads((run_dir / "status.json").read_text())["state"] == "complete"
