@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -295,6 +296,19 @@ def test_real_run_is_featurized_and_rescored(group_run):
     box = reward_playground(group_run, "when_to_search")  # the second time the stored table is read
     assert "features from" in box.source_note
     assert_shows(box, features)
+    # where the table came from is said once: in the widget, not printed again by notebook 02
+    import html
+
+    import ipywidgets as W
+
+    def texts(w):
+        yield from ([w.value] if isinstance(w, W.HTML) else [])
+        for c in getattr(w, "children", ()):
+            yield from texts(c)
+
+    assert sum(html.escape(box.source_note) in t for t in texts(box)) == 1
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "02_reward_playground.ipynb").read_text())
+    assert not any("source_note" in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
 
 
 @pytest.mark.slow
