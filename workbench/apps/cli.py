@@ -40,7 +40,7 @@ def _positive_int(text: str) -> int:
 
 def _in_range(kind: type, rule: str) -> Callable[[str], Any]:
     """A number flag's type whose value must keep ``rule`` (the config's ``RANGES``, :mod:`workbench.util.ranges`)."""
-    from workbench.util.ranges import range_error
+    from workbench.util.ranges import value_error
 
     def value(text: str) -> Any:
         try:
@@ -48,7 +48,7 @@ def _in_range(kind: type, rule: str) -> Callable[[str], Any]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, "
                                              f"got {text!r}") from None
-        error = range_error(v, rule) if kind is int or math.isfinite(v) else f"must be a finite number, got {text!r}"
+        error = value_error(v, rule, kind)  # the check a value from a file goes through (an adapter's settings)
         if error:
             raise argparse.ArgumentTypeError(error)
         return v
@@ -103,15 +103,29 @@ def _nonempty(text: str) -> str:
     return text
 
 
+def _run_name(text: str) -> str:
+    """``--name``: a label a run folder can carry (:func:`workbench.storage.runs.run_label`), checked before the work
+    (an eval makes its run folder after the evaluation)."""
+    from workbench.storage.runs import run_label
+
+    try:
+        run_label(_nonempty(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _check_values(p: argparse.ArgumentParser) -> None:
     """The checks every command's flags share, whoever declared them: a float flag is finite, ``--out`` a directory
-    this user can write in, a text value not empty. Ranges that depend on the flag (ports, counts) are in each flag's
-    own type."""
+    this user can write in, ``--name`` a label a run folder can carry, a text value not empty. Ranges that depend on
+    the flag (ports, counts) are in each flag's own type."""
     for action in p._actions:
         if action.type is float:
             action.type = _finite_float
         if action.dest == "out":
             action.type = _out_dir
+        elif action.dest == "name" and action.option_strings:  # --name, not `methods NAME`
+            action.type = _run_name
         elif action.type in (None, str) and action.nargs != 0 and not isinstance(
                 action, (argparse._StoreConstAction, argparse._HelpAction, argparse._SubParsersAction,
                          argparse._CountAction, argparse._VersionAction)):
@@ -210,12 +224,16 @@ def eval_command(args: argparse.Namespace) -> int:
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalConfig) if getattr(args, f.name) is not None}
     EvalConfig(**{"dataset": "world", "model": DEFAULT_MODEL, **given})  # a bad value is said before the heavy imports
-    from workbench.eval.runner import format_table, run_dir_hint, run_eval
+    from workbench.eval.runner import RunNotSaved, format_table, run_dir_hint, run_eval
     from workbench.util.threads import apply_threads
 
     apply_threads(args.threads)
-    run = run_eval(given.pop("methods"), given.pop("dataset", "world"), given.pop("model", DEFAULT_MODEL), out=args.out,
-                   name=args.name, progress=not args.no_progress, **given)
+    try:
+        run = run_eval(given.pop("methods"), given.pop("dataset", "world"), given.pop("model", DEFAULT_MODEL),
+                       out=args.out, name=args.name, progress=not args.no_progress, **given)
+    except RunNotSaved as e:  # the scores are shown, then the one error line says the run was not written
+        print(f"\nper method (NOT SAVED):\n{format_table(e.results)}")
+        raise
     metrics = run.metrics()
     print(f"\nper method ({metrics['n_examples']} questions):\n{format_table(metrics)}")
     if any(s.get("by_hops") for s in metrics["methods"].values()):
@@ -336,6 +354,23 @@ def _train_command_args(p: argparse.ArgumentParser) -> None:
                         "workbench's rollout function and rewards, which takes its own flags (see --engine trl --help)")
 
 
+def _train_or_say(trainer: Any, command: str) -> Any:
+    """``trainer.train()``; a write that fails on the way (a full disk) becomes one error line saying at which step
+    the run stopped, what it keeps, and how to continue it."""
+    try:
+        return trainer.train()
+    except OSError as e:
+        if getattr(trainer, "run", None) is None:
+            raise
+        from workbench.rl.checkpoint import latest_checkpoint
+
+        run = trainer.run.path
+        then = (f"free space and continue it with `workbench {command} --resume {run}`" if latest_checkpoint(run)
+                else "no checkpoint was saved yet: free space and start it again")
+        raise OSError(f"{e.strerror or e} ({e.filename or 'a run file'}): {command} stopped at step {trainer.step}; "
+                      f"{run} keeps the steps and checkpoints written before it (incomplete); {then}") from None
+
+
 def _json_arg(text: str):
     def not_finite(name: str) -> None:  # NaN, Infinity: Python's json reads them; JSON has no such numbers
         raise argparse.ArgumentTypeError(f"expected JSON with finite numbers, got {name} in {text!r}")
@@ -366,7 +401,7 @@ def train_command(args: argparse.Namespace) -> int:
     if trainer.rank == 0:
         print(f"training {trainer.config.preset} / {trainer.config.reward} / {trainer.config.protocol} on "
               f"{trainer.config.model}: {trainer.config.steps} steps -> {trainer.run.path}", flush=True)
-    run = trainer.train()
+    run = _train_or_say(trainer, "train")
     if trainer.rank == 0:
         m = run.metrics()
         print(f"done: {m.get('steps')} steps, reward {m.get('reward_first', float('nan')):.3f} -> "
@@ -577,7 +612,7 @@ def sft_command(args: argparse.Namespace) -> int:
     cfg = trainer.config
     print(f"SFT of {cfg.model} on {cfg.protocol}: {cfg.steps} steps of {cfg.batch_size} trajectories "
           f"-> {trainer.run.path}", flush=True)
-    run = trainer.train()
+    run = _train_or_say(trainer, "sft")
     m = run.metrics()
     print(f"done: {m.get('steps')} steps, loss {m.get('loss_first', float('nan')):.3f} -> "
           f"{m.get('loss_last', float('nan')):.3f} (first/last quarter), {m.get('seconds_per_step', 0):.1f}s/step")
@@ -982,6 +1017,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `workbench schema --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # a full disk, a folder that cannot be written: the system's one line, naming the file
+        print(f"workbench {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

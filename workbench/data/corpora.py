@@ -41,6 +41,14 @@ def parse_flashrag_contents(contents: str) -> tuple[str, str]:
     return title, text.strip()
 
 
+def loads_line(line: str) -> Any:
+    """One JSON line of a corpus; JSON nested past what Python's reader goes is a ``ValueError`` like bad JSON."""
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read; a corpus record is an object of strings") from None
+
+
 def iter_flashrag_corpus(
     path: PathLike, skip_bad: bool = False, source: str = "wiki", skipped: list[str] | None = None
 ) -> Iterator[Passage]:
@@ -56,7 +64,7 @@ def iter_flashrag_corpus(
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = loads_line(line)
                 if not isinstance(rec, dict):
                     raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
                 if not isinstance(rec.get("contents"), str):

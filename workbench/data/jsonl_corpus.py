@@ -13,7 +13,6 @@ its text. Lines are FlashRAG records (``{"id", "contents": '"Title"\\ntext'}``) 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.core.types import Passage
-from workbench.data.corpora import parse_flashrag_contents
+from workbench.data.corpora import loads_line, parse_flashrag_contents
 
 _CHUNK = 64 << 20
 
@@ -108,7 +107,7 @@ class JsonlCorpus(Sequence[Passage]):
 
     def _passage(self, line: bytes, i: int) -> Passage:
         try:
-            rec = json.loads(line.decode("utf-8-sig"))
+            rec = loads_line(line.decode("utf-8-sig"))
             if not isinstance(rec, dict):
                 raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
             if isinstance(rec.get("contents"), str):

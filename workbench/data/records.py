@@ -5,6 +5,7 @@ helpers, and one parser per layout (HotpotQA, 2WikiMultiHopQA, MuSiQue, FlashRAG
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -71,19 +72,13 @@ def iter_records(path: PathLike, what: str = "dataset") -> Iterator[tuple[str, d
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
                         continue
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from e
+                    rec = parse_json(line, f"{path}:{lineno}")
                     if not isinstance(rec, dict):
                         raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
                     yield f"{path}:{lineno}", rec
                 return
             f.seek(0)
-            try:
-                doc = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: not valid JSON or JSON lines ({e})") from e
+            doc = parse_json(f.read(), path, "not valid JSON or JSON lines")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e})") from e
     if isinstance(doc, dict) and isinstance(doc.get("data"), list):
@@ -116,8 +111,20 @@ def _iter_parquet(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 def _is_json_object(line: str) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
+
+
+def parse_json(text: str, where: str | os.PathLike, invalid: str = "not valid JSON") -> Any:
+    """``json.loads`` of a dataset or corpus file's text, every failure a ``ValueError`` naming ``where`` (the file
+    and line): invalid JSON, and JSON nested deeper than Python's reader goes (a ``RecursionError`` otherwise)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deep to read; a question or passage record is a few levels deep, "
+                         "so this is not one: check the file") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: {invalid} ({e})") from None
 
 
 def _guess_split(path: PathLike) -> str:
@@ -206,17 +213,75 @@ def _record_number(where: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _show(value: Any) -> str:
+    """A field's value as the file has it, shortened, for an error message."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except ValueError:  # a value that nests back into itself cannot come from a file
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _id_question(rec: dict[str, Any], where: str) -> tuple[str, str]:
-    """The record's id (the first of :data:`ID_FIELDS`, else its line / record number) and question."""
-    rid = next((rec[k] for k in ID_FIELDS if rec.get(k) is not None and str(rec[k]) != ""), None)
-    if rid is None:
-        rid = _record_number(where)
+    """The record's id (the first of :data:`ID_FIELDS`, else its line / record number) and question.
+
+    The id must be a string or a number (not NaN, which Python's JSON reader takes and a pandas export writes for a
+    missing value: every such record would share the id ``"nan"``); the question a string that is not blank."""
+    key = next((k for k in ID_FIELDS if rec.get(k) is not None and str(rec[k]) != ""), None)
+    rid = rec[key] if key is not None else _record_number(where)
     if rid is None:
         raise ValueError(f"{where}: record has no id field ({', '.join(ID_FIELDS)}) (keys: {', '.join(sorted(rec))})")
+    if key is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int, float))
+                            or (isinstance(rid, float) and not math.isfinite(rid))):
+        raise ValueError(f"{where}: {key} must be a string or a number, got {_show(rid)}; give the record its own id "
+                         "(or drop the field to use the line number)")
     q = next((rec[k] for k in QUESTION_FIELDS if k in rec), None)
     if not isinstance(q, str):
-        raise ValueError(f"{where}: record {rid!r} has no string 'question' field")
+        raise ValueError(f"{where}: record {str(rid)!r} has no string 'question' field")
+    if not q.strip():
+        raise ValueError(f"{where}: record {str(rid)!r} has an empty question; give it its question or remove the record")
     return str(rid), q
+
+
+def _is_strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(a, str) for a in v)
+
+
+def gold_answers(rec: dict[str, Any], fields: Iterable[str], where: str, rid: str) -> list[str]:
+    """The gold answers in ``rec``'s answer ``fields`` (:func:`dedup_answers` of them, in order). Each field present
+    must hold a string, a list of strings, or a TriviaQA-style ``{"value", "aliases"}`` object: a number, a nested
+    list or another object is an error naming the record and the field, not an answer no metric could match (``5``
+    read as ``"5"``, an object read as no answer at all)."""
+    groups = []
+    for k in fields:
+        v = rec.get(k)
+        if v is None:
+            continue
+        if not (isinstance(v, str) or _is_strings(v) or (isinstance(v, dict) and isinstance(v.get("value"), str)
+                                                           and _is_strings(v.get("aliases") or []))):
+            raise ValueError(f"{where}: record {rid!r}: {k} must be a string or a list of strings, got {_show(v)}")
+        groups.append(v)
+    return dedup_answers(*groups)
+
+
+def _text(v: Any, what: str, where: str) -> str:
+    """A text field: a string (a null or a number is an error naming ``what``, not the text "None")."""
+    if not isinstance(v, str):
+        raise ValueError(f"{where}: {what} must be a string, got {_show(v)}")
+    return v
+
+
+def _objects(v: Any, what: str, where: str) -> list[dict[str, Any]]:
+    """A list of objects (null or missing: none); an entry that is not an object is an error naming it, not skipped
+    (skipping would shift the positions other fields point at)."""
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ValueError(f"{where}: {what} must be a list of objects, got {_show(v)}")
+    for i, x in enumerate(v):
+        if not isinstance(x, dict):
+            raise ValueError(f"{where}: {what}[{i}] must be an object, got {_show(x)}")
+    return v
 
 
 def _context_pairs(ctx: Any, where: str) -> list[tuple[str, str]]:
@@ -226,16 +291,26 @@ def _context_pairs(ctx: Any, where: str) -> list[tuple[str, str]]:
     if isinstance(ctx, dict):  # HF datasets: columns; 2Wiki exports name the sentences "content"
         titles = ctx.get("title") or []
         sents = ctx.get("sentences") if ctx.get("sentences") is not None else ctx.get("content") or []
+        if not isinstance(titles, list) or not isinstance(sents, list):
+            raise ValueError(f"{where}: context must hold a list of titles and a list of sentence lists, got "
+                             f"{_show(ctx)}")
         if len(titles) != len(sents):
             raise ValueError(f"{where}: context has {len(titles)} titles but {len(sents)} sentence lists")
         pairs = list(zip(titles, sents))
-    else:  # [[title, sentences]] or [{"title", "sentences" | "content" | "paragraph_text" | "text"}]
-        pairs = [_context_entry(c) if isinstance(c, dict) else tuple(c) for c in ctx]
+    elif isinstance(ctx, list):  # [[title, sentences]] or [{"title", "sentences" | "content" | "paragraph_text" | "text"}]
+        pairs = [_context_entry(c) if isinstance(c, dict) else tuple(c) if isinstance(c, (list, tuple)) else (c,)
+                 for c in ctx]
+    else:
+        raise ValueError(f"{where}: context must be a list of [title, sentences] pairs, got {_show(ctx)}")
     out = []
     for pair in pairs:
         if len(pair) != 2:
             raise ValueError(f"{where}: a context entry is not [title, sentences]: {str(pair)[:80]}")
-        out.append((str(pair[0]), _join_sentences(pair[1])))
+        title, body = pair
+        if not isinstance(title, str) or not (isinstance(body, str) or _is_strings(body)):
+            raise ValueError(f"{where}: a context entry must be [title, sentences] with a string title and a string or "
+                             f"a list of strings, got {_show([title, body])}")
+        out.append((title, _join_sentences(body)))
     return out
 
 
@@ -250,14 +325,22 @@ def _fact_pairs(facts: Any, where: str) -> list[tuple[str, int]]:
         return []
     if isinstance(facts, dict):
         titles, ids = facts.get("title") or [], facts.get("sent_id") or []
+        if not isinstance(titles, list) or not isinstance(ids, list):
+            raise ValueError(f"{where}: supporting_facts must hold a list of titles and a list of sent_ids, got "
+                             f"{_show(facts)}")
         if len(titles) != len(ids):
             raise ValueError(f"{where}: supporting_facts has {len(titles)} titles but {len(ids)} sent_ids")
-        return [(str(t), int(i)) for t, i in zip(titles, ids)]
+        pairs = list(zip(titles, ids))
+    elif isinstance(facts, list):
+        pairs = facts
+    else:
+        raise ValueError(f"{where}: supporting_facts must be a list of [title, sentence index] pairs, got {_show(facts)}")
     out = []
-    for f in facts:
-        if not isinstance(f, (list, tuple)) or len(f) != 2:
-            raise ValueError(f"{where}: a supporting fact is not [title, sent_idx]: {str(f)[:80]}")
-        out.append((str(f[0]), int(f[1])))
+    for f in pairs:
+        if (not isinstance(f, (list, tuple)) or len(f) != 2 or not isinstance(f[0], str) or isinstance(f[1], bool)
+                or not isinstance(f[1], int)):
+            raise ValueError(f"{where}: a supporting fact is not [title, sentence index]: {_show(f)}")
+        out.append((f[0], f[1]))
     return out
 
 
@@ -287,7 +370,7 @@ def hotpotqa_example(
     return Example(
         id=rid,
         question=question,
-        answers=dedup_answers(rec.get("answer"), rec.get("golden_answers")),
+        answers=gold_answers(rec, ("answer", "golden_answers"), where, rid),
         dataset=dataset,
         split=split,
         hops=2,
@@ -311,7 +394,7 @@ def twowiki_example(rec: dict[str, Any], split: str = "dev", where: str = "recor
     for k in ("entity_ids", "answer_id"):
         if rec.get(k) is not None:
             meta[k] = rec[k]
-    answers = dedup_answers(rec.get("answer"), rec.get("answer_aliases"), rec.get("aliases"), rec.get("golden_answers"))
+    answers = gold_answers(rec, ("answer", "answer_aliases", "aliases", "golden_answers"), where, rid)
     return Example(
         id=rid,
         question=question,
@@ -363,8 +446,8 @@ def musique_example(
     """One MuSiQue record; hops = #sub-questions (the id prefix ``3hop1__`` is kept as ``meta["id_hops"]``)."""
     rec = _flatten_flashrag(rec)
     rid, question = _id_question(rec, where)
-    decomp = [d for d in rec.get("question_decomposition") or [] if isinstance(d, dict)]
-    paras = [p for p in rec.get("paragraphs") or [] if isinstance(p, dict)]
+    decomp = _objects(rec.get("question_decomposition"), "question_decomposition", where)
+    paras = _objects(rec.get("paragraphs"), "paragraphs", where)
     m = _HOP_ID_RE.match(rid)
     id_hops = int(m.group(1)) if m else None
     pos = {p.get("idx", i): i for i, p in enumerate(paras)}  # paragraph idx -> position
@@ -376,7 +459,9 @@ def musique_example(
         )
     )
     contexts = [
-        {"title": str(p.get("title", "")), "text": str(p.get("paragraph_text", "")).strip(), "supporting": i in sup_pos}
+        {"title": _text(p.get("title", ""), f"paragraphs[{i}].title", where),
+         "text": _text(p.get("paragraph_text", ""), f"paragraphs[{i}].paragraph_text", where).strip(),
+         "supporting": i in sup_pos}
         for i, p in enumerate(paras)
     ]
     titles = _unique(contexts[i]["title"] for i in sup_pos)
@@ -392,7 +477,7 @@ def musique_example(
     return Example(
         id=rid,
         question=question,
-        answers=dedup_answers(rec.get("answer"), rec.get("answer_aliases"), rec.get("golden_answers")),
+        answers=gold_answers(rec, ("answer", "answer_aliases", "golden_answers"), where, rid),
         dataset=dataset,
         split=split,
         hops=len(decomp) or id_hops,
@@ -414,7 +499,7 @@ def flashrag_example(
     ex = Example(
         id=rid,
         question=question,
-        answers=dedup_answers(rec.get("golden_answers"), rec.get("answer")),
+        answers=gold_answers(rec, ("golden_answers", "answer"), where, rid),
         dataset=dataset,
         split=split,
         meta=meta,
@@ -431,19 +516,22 @@ def ircot_example(rec: dict[str, Any], split: str = "dev", where: str = "record"
     (``2hop__``) when there is one, else the number of supporting contexts."""
     rid, question = _id_question(rec, where)
     answers: list[Any] = []
-    for obj in rec.get("answers_objects") or []:
-        if not isinstance(obj, dict):
-            continue
-        answers += list(obj.get("spans") or [])
+    for i, obj in enumerate(_objects(rec.get("answers_objects"), "answers_objects", where)):
+        spans = obj.get("spans") or []
+        if not _is_strings(spans):
+            raise ValueError(f"{where}: record {rid!r}: answers_objects[{i}].spans must be a list of strings, got "
+                             f"{_show(spans)}")
+        answers += spans
         if str(obj.get("number") or "").strip():
             answers.append(str(obj["number"]))
         date = obj.get("date") or {}
         if isinstance(date, dict):
             answers.append(" ".join(str(date.get(k) or "").strip() for k in ("day", "month", "year")).strip())
     contexts = [
-        {"title": str(c.get("title", "")), "text": str(c.get("paragraph_text", c.get("text", ""))).strip(),
+        {"title": _text(c.get("title", ""), f"contexts[{i}].title", where),
+         "text": _text(c.get("paragraph_text", c.get("text", "")), f"contexts[{i}].paragraph_text", where).strip(),
          "supporting": bool(c.get("is_supporting"))}
-        for c in rec.get("contexts") or [] if isinstance(c, dict)
+        for i, c in enumerate(_objects(rec.get("contexts"), "contexts", where))
     ]
     titles = _unique(c["title"] for c in contexts if c["supporting"])
     m = _HOP_ID_RE.match(rid)
@@ -453,7 +541,7 @@ def ircot_example(rec: dict[str, Any], split: str = "dev", where: str = "record"
     return Example(
         id=rid,
         question=question,
-        answers=dedup_answers(answers, rec.get("answer"), rec.get("answers")),
+        answers=dedup_answers(answers, gold_answers(rec, ("answer", "answers"), where, rid)),
         dataset=dataset,
         split=split,
         hops=int(m.group(1)) if m else (sum(c["supporting"] for c in contexts) or None),
@@ -471,7 +559,7 @@ def qa_example(rec: dict[str, Any], split: str = "dev", where: str = "record", d
     ex = Example(
         id=rid,
         question=question,
-        answers=dedup_answers(*(rec.get(k) for k in ANSWER_FIELDS)),
+        answers=gold_answers(rec, ANSWER_FIELDS, where, rid),
         dataset=dataset,
         split=split,
     )

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from workbench.rollout.lora_serving import AdapterError, check_adapter_files, check_adapter_fits, check_adapter_kinds
 from workbench.util.paths import repo_root
 
 #: The trained adapter shipped with the project (``data/adapters/README.md`` says how it was made): SFT then GRPO of
@@ -35,17 +36,24 @@ def resolve_adapter(path: str | os.PathLike) -> Path:
         raise ValueError(f"--adapter {path}: no such file or directory (give a LoRA adapter directory or an "
                          "sft/train run directory)")
     try:
-        return adapter_dir(p)
-    except FileNotFoundError as e:
+        return check_adapter_kinds(adapter_dir(p))  # a FIFO for a file: said now, before anything opens it
+    except (FileNotFoundError, AdapterError) as e:
         raise ValueError(f"--adapter {path}: {e}") from None
 
 
 def attach_adapter(model: Any, path: str | os.PathLike) -> Any:
-    """``model`` with the adapter at ``path`` loaded (a ``peft.PeftModel``, in eval mode)."""
+    """``model`` with the adapter at ``path`` loaded (a ``peft.PeftModel``, in eval mode); a one-line ``ValueError``
+    for weights that would load silently as something else (no LoRA tensors, NaN, made for other modules:
+    :func:`~workbench.rollout.lora_serving.check_adapter_files`)."""
     from peft import PeftModel
 
     d = resolve_adapter(path)
-    peft_model = PeftModel.from_pretrained(model, str(d), is_trainable=False)
+    try:
+        names = check_adapter_files(d)
+        peft_model = PeftModel.from_pretrained(model, str(d), is_trainable=False)
+        check_adapter_fits(peft_model, names, d)
+    except AdapterError as e:
+        raise ValueError(f"--adapter {path}: {e}") from None
     peft_model.eval()
     return peft_model
 

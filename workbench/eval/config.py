@@ -276,6 +276,11 @@ class EvalConfig:
                 raise ValueError(f"--protocol-kwargs is not JSON ({e}): e.g. '{{\"observation_mode\": \"chat\"}}'") from None
         if not isinstance(self.protocol_kwargs, dict):
             raise ValueError(f"--protocol-kwargs must be a JSON object, got {self.protocol_kwargs!r}")
+        from workbench.rl.adapter_settings import protocol_kwargs_error
+
+        error = protocol_kwargs_error(self.protocol_kwargs)  # the rules an adapter's recorded arguments keep too
+        if error:
+            raise ValueError(f"--protocol-kwargs {error}")
         self.entries = [EvalEntry.parse(m, self.protocol_kwargs) for m in self.methods]
         """The methods resolved once (:class:`EvalEntry`), in order."""
         if self.protocol_kwargs:

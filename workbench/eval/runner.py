@@ -50,7 +50,7 @@ from workbench.rewards.outcomes import MEAN_KEYS, OUTCOME_KEYS, score, summarize
 from workbench.rl.trackers import report_run
 from workbench.rollout.backends.base import Backend
 from workbench.rollout.engine import RolloutConfig, rollout
-from workbench.storage.runs import Run
+from workbench.storage.runs import Run, run_label
 from workbench.tools.base import Toolbox
 
 #: Columns of the printed summary table, in display order, with their labels. ``s/answer`` is the method's wall time
@@ -459,6 +459,9 @@ def run_eval(
         _say(log, f"[skip] {msg}")
     if not runnable:
         raise ValueError(f"none of the methods {', '.join(cfg.methods)} can run on {data.dataset!r}")
+    labels = [e.label for e in runnable]
+    name = name or f"{data.dataset}-{'-'.join(labels)}"
+    run_label(name)  # a name no run folder can take fails now, not after the evaluation
 
     served = None
     if cfg.retrieval_url:  # the tools call a running serve-retrieval: checked before the model loads
@@ -484,7 +487,6 @@ def run_eval(
     timings["index_s"] = time.perf_counter() - t0
     _say(log, f"[tools] {built} ({timings['index_s']:.2f}s)")
 
-    labels = [e.label for e in runnable]
     _say(log, f"[eval] {len(data.examples)} questions x {cfg.group_size} rollout(s): {', '.join(labels)}")
     results = []
     for e in runnable:
@@ -495,19 +497,41 @@ def run_eval(
         _say(log, f"       {e.label}: {results[-1].seconds:.1f}s")
     timings["eval_s"] = sum(r.seconds for r in results)
 
-    run = Run.create(
-        out, kind="eval", name=name or f"{data.dataset}-{'-'.join(labels)}",
-        config={"model": model_name, "dataset": data.dataset, "dataset_path": None if data.world else str(cfg.dataset),
-                "split": cfg.split or data.examples[0].split, "limit": cfg.limit, "seed": cfg.seed,
-                **data.info, "retriever": cfg.retriever, "corpus": data.corpus, "corpus_setting": data.setting,
-                "n_passages": len(data.passages or []),
-                **({"retrieval_server": {"url": cfg.retrieval_url, **{k: served.get(k) for k in ("passages", "retriever")}}}
-                   if served is not None else {}),
-                "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict(), "rollout_engine": engine},
-    )
-    write_eval_run(run, results, data.examples, features=True, timings=timings)
+    run = None
+    try:  # a full disk: the scores computed are not lost in a traceback (RunNotSaved keeps them)
+        run = Run.create(out, kind="eval", name=name, config={
+            "model": model_name, "dataset": data.dataset, "dataset_path": None if data.world else str(cfg.dataset),
+            "split": cfg.split or data.examples[0].split, "limit": cfg.limit, "seed": cfg.seed,
+            **data.info, "retriever": cfg.retriever, "corpus": data.corpus, "corpus_setting": data.setting,
+            "n_passages": len(data.passages or []),
+            **({"retrieval_server": {"url": cfg.retrieval_url, **{k: served.get(k) for k in ("passages", "retriever")}}}
+               if served is not None else {}),
+            "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict(), "rollout_engine": engine})
+        write_eval_run(run, results, data.examples, features=True, timings=timings)
+    except OSError as e:
+        raise RunNotSaved(e, run, out, results) from None
     report_run(run, cfg.report_to, say=log)  # a copy for the --report-to trackers, read from the run's files
     return run
+
+
+class RunNotSaved(OSError):
+    """An evaluation that finished but whose run could not be written (a full disk, a folder gone): one line saying
+    why, where, and what the run folder holds; ``results`` keeps what was computed, so a caller can still show the
+    scores (``workbench eval`` prints its table before the error)."""
+
+    def __init__(self, error: OSError, run: Run | None, root: str | os.PathLike | None, results: list[EvalResult]):
+        why = f"{error.strerror or error} writing {error.filename or 'the run'}"
+        if run is None:
+            left = f"no run folder could be made under {root or 'runs/'}"
+        else:
+            try:
+                files = sorted(p.name for p in run.path.iterdir() if not p.name.startswith("."))
+            except OSError:  # the folder itself went
+                files = []
+            left = f"{run.path} holds only {', '.join(files) or 'nothing'} and stays incomplete"
+        super().__init__(f"{why}: the evaluation finished, but its results were not saved ({left}); free space "
+                         "there, or pass --out on another disk, and run it again")
+        self.results = results
 
 
 def tool_share(run: Run | dict[str, Any]) -> float:

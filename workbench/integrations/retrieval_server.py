@@ -396,6 +396,9 @@ def sharded_service(corpus: str | None, retriever: str = "bm25", *, index_dir: s
     if retriever != "bm25":
         raise ValueError(f"--index-dir is a BM25 index; --retriever {retriever} cannot use it (drop one of them)")
     path = Path(index_dir or str(corpus))
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--index-dir {path} is a file, not a directory: give the folder of a sharded BM25 index, or a "
+                         "new folder to build one in (with --corpus FILE)")
     if not is_text_index(path):
         if corpus is None or corpus == "world":
             from workbench.data.world import load_world
@@ -404,11 +407,14 @@ def sharded_service(corpus: str | None, retriever: str = "bm25", *, index_dir: s
         else:
             from workbench.data.corpora import iter_flashrag_corpus, load_corpus
 
+            if not Path(corpus).is_file():
+                raise FileNotFoundError(f"--corpus {corpus}: no such file (a FlashRAG JSONL corpus to index in "
+                                        f"{path})")
             with open(corpus, encoding="utf-8-sig") as f:  # FlashRAG JSONL streams; other layouts load whole
                 first = f.readline()
             try:
                 streams = "contents" in json.loads(first)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):  # a first line in another layout: load_corpus names it
                 streams = False
             passages = iter_flashrag_corpus(corpus) if streams else iter(load_corpus(corpus))
         log.warning("building a sharded BM25 index of %s in %s", corpus or "world", path)

@@ -223,6 +223,11 @@ def run_parts(config: TrainConfig) -> RunParts:
         except ValueError as e:
             raise ValueError(f"TrainConfig.{field}: {e}") from None
 
+    from workbench.rl.adapter_settings import protocol_kwargs_error
+
+    error = protocol_kwargs_error(config.protocol_kwargs)  # the rules --protocol-kwargs keeps in eval, here too
+    if error:
+        raise ValueError(f"TrainConfig.protocol_kwargs.{error}")
     protocol = named("protocol", protocol_class, config.protocol)(**config.protocol_kwargs)
     preset = named("reward", reward_preset, config.reward)
     needs = named("method", get_method, config.method).feature_needs() if config.method else preset.needs

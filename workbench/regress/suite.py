@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.util.io import loads_yaml, read_text_bounded
+
 # --------------------------------------------------------------------------- suite
+
+#: The most a suite YAML may hold (``notebooks/regress.yaml`` is a few KB).
+SUITE_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,10 @@ class Fixture:
     timeout: int = 1800
 
 
+#: The placeholders a case's parameters may hold, by root.
+PLACEHOLDERS = {"run_dir": "{run_dir}", "out_dir": "{out_dir}", "fixtures": "{fixtures[NAME]}", "cases": "{cases[NAME]}"}
+
+
 @dataclass
 class Case:
     name: str
@@ -79,15 +88,25 @@ class Case:
     metrics: dict[str, Tolerance] = field(default_factory=dict)
 
     def placeholders(self) -> list[tuple[str, str | None]]:
-        """``(root, key)`` of every ``{...}`` in the parameters: ``("run_dir", None)``, ``("cases", "x")``."""
+        """``(root, key)`` of every ``{...}`` in the parameters: ``("run_dir", None)``, ``("cases", "x")``. Only
+        :data:`PLACEHOLDERS` are taken, as they are: a format spec or a conversion (``{out_dir:>99999999999}`` asks
+        for a string of 100 GB) is an error, as is a brace that opens no placeholder."""
         out = []
         for s in _strings(self.parameters):
-            for _, fld, _, _ in string.Formatter().parse(s):
+            try:
+                fields = list(string.Formatter().parse(s))
+            except ValueError as e:  # "Single '}' encountered": write {{ and }} for literal braces
+                raise ValueError(f"case {self.name!r}: parameter {s[:60]!r}: {e} (write {{{{ and }}}} for a brace)") from None
+            for _, fld, spec, conversion in fields:
                 if fld is None:
                     continue
                 m = re.fullmatch(r"(\w+)(?:\[([^\]]+)\])?", fld)
-                if not m:
-                    raise ValueError(f"case {self.name!r}: unsupported placeholder {{{fld}}} in its parameters")
+                keyed = m is not None and m.group(1) in ("fixtures", "cases")
+                if (not m or m.group(1) not in PLACEHOLDERS or spec or conversion
+                        or keyed != (m.group(2) is not None)):
+                    shown = fld + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+                    raise ValueError(f"case {self.name!r}: unsupported placeholder {{{shown}}} in its parameters; "
+                                     f"use {', '.join(PLACEHOLDERS.values())}, as they are")
                 out.append((m.group(1), m.group(2)))
         return out
 
@@ -154,17 +173,20 @@ def load_suite(path: str | os.PathLike, notebooks_dir: str | os.PathLike | None 
     runs first) and ``{out_dir}``. ``notebooks_dir`` defaults to the YAML's folder and
     ``baselines_dir`` to ``<that folder>/baselines``.
     """
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no regression suite at {path}")
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    doc = loads_yaml(read_text_bounded(path, SUITE_BYTES, "regression suite"), path,
+                     "fix the suite file (a mapping with setup and cases)")
+    doc = {} if doc is None else doc
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a mapping with 'setup' and 'cases'")
     unknown = set(doc) - {"setup", "cases"}
     if unknown:
         raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)} (expected setup, cases)")
+    for key in ("setup", "cases"):
+        if not isinstance(doc.get(key) or [], list):
+            raise ValueError(f"{path}: {key} must be a list of entries, got {doc[key]!r:.60}")
 
     fixtures = []
     for i, f in enumerate(doc.get("setup") or []):
@@ -176,9 +198,15 @@ def load_suite(path: str | os.PathLike, notebooks_dir: str | os.PathLike | None 
         extra = set(f) - {"name", "demo", "run", "timeout"}
         if extra:
             raise ValueError(f"{where}: unknown keys {sorted(extra)}")
+        if "demo" in f and not isinstance(f["demo"] or {}, dict):
+            raise ValueError(f"{where}: demo must be a mapping of `workbench demo` options, got {f['demo']!r:.60}")
+        if "run" in f and not isinstance(f["run"], str):
+            raise ValueError(f"{where}: run must be a run directory's path, got {f['run']!r:.60}")
+        timeout = f.get("timeout", 1800)
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+            raise ValueError(f"{where}: timeout must be a whole number of seconds >= 1, got {timeout!r:.60}")
         run = str((path.parent / f["run"]).resolve()) if "run" in f else None
-        fixtures.append(Fixture(str(f["name"]), dict(f.get("demo") or {}) if "demo" in f else None, run,
-                                int(f.get("timeout", 1800))))
+        fixtures.append(Fixture(str(f["name"]), dict(f.get("demo") or {}) if "demo" in f else None, run, timeout))
 
     cases: list[Case] = []
     for i, c in enumerate(doc.get("cases") or []):
@@ -191,6 +219,8 @@ def load_suite(path: str | os.PathLike, notebooks_dir: str | os.PathLike | None 
         name = str(c["name"])
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ValueError(f"{where}: case name {name!r} may only use letters, digits, _ . -")
+        if not isinstance(c.get("metrics") or {}, dict):
+            raise ValueError(f"{where}: metrics must be a mapping of metric: tolerance, got {c['metrics']!r:.60}")
         metrics = {str(m): Tolerance.parse(spec, f"{where} metric {m!r}") for m, spec in (c.get("metrics") or {}).items()}
         notebook = str(c["notebook"]).removesuffix(".ipynb")
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", notebook) or ".." in notebook:
@@ -206,6 +236,10 @@ def load_suite(path: str | os.PathLike, notebooks_dir: str | os.PathLike | None 
                 raise ValueError(f"{where}: parameter name {key!r} is not a Python name (letters, digits and _, not "
                                  "starting with a digit): it must be one of the notebook's parameters")
         case = Case(name, notebook, dict(params), metrics)
+        try:
+            case.placeholders()
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
         earlier = {x.name for x in cases}
         if name in earlier:
             raise ValueError(f"{where}: duplicate case name {name!r}")

@@ -8,8 +8,10 @@ notebooks read what the adapter records and apply it by default:
 - ``provenance.json`` beside the adapter (``bench/ship_adapter.py`` writes it: the run's whole config), or
 - the run's ``config.json`` when the adapter is a run's checkpoint (``<run>/checkpoints/step_N``) or a run directory.
 
-What is read (:data:`SETTINGS`): the base model, the protocol and its arguments, and the turn budget. A value the
-caller did not give is taken from the adapter, and one line says so; a value that contradicts the adapter is a
+What is read (:data:`SETTINGS`): the base model, the protocol and its arguments, and the turn budget. Each value keeps
+the rule the same setting keeps as a flag (:data:`RULES`, :data:`PROTOCOL_RULES`); one that does not (``2.5`` turns,
+``true``, ``Infinity``, ``top_k`` 100000) is a one-line error naming the file, the key, the value and the rule. A value
+the caller did not give is taken from the adapter, and one line says so; a value that contradicts the adapter is a
 one-line error naming both values and ``--override-adapter``, which keeps the caller's values (and says so).
 
     >>> s = AdapterSettings(path=Path("a"), source=None, values={"protocol": "search_r1", "max_turns": 4,
@@ -32,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core.models import same_model
+from workbench.rl.train_config import TrainConfig
 from workbench.util.io import read_json
+from workbench.util.ranges import value_error
 
 #: The settings an adapter carries, in the order they are reported.
 SETTINGS = ("model", "protocol", "protocol_kwargs", "max_turns", "max_new_tokens", "max_total_tokens")
@@ -40,6 +44,17 @@ SETTINGS = ("model", "protocol", "protocol_kwargs", "max_turns", "max_new_tokens
 CHECKED_ONLY = ("model", "protocol")
 #: The flag that keeps the caller's values where they contradict the adapter's.
 OVERRIDE_FLAG = "--override-adapter"
+#: The kind and range of each numeric setting: the training config's (``TrainConfig.RANGES``, which ``train``'s flags
+#: keep), checked as a flag's value is (:func:`workbench.util.ranges.value_error`).
+RULES: dict[str, tuple[type, str]] = {k: (int, TrainConfig.RANGES[k])
+                                      for k in ("max_turns", "max_new_tokens", "max_total_tokens")}
+#: The protocol arguments with a rule, the same for an adapter's ``protocol_kwargs`` and for ``--protocol-kwargs``
+#: (:func:`protocol_kwargs_error`). Passages per search: at most 100, Search-R1's largest (``serve-retrieval
+#: --max-topk``'s default).
+PROTOCOL_RULES: dict[str, tuple[type, str]] = {"top_k": (int, "[1, 100]"), "max_obs_chars": (int, ">= 1"),
+                                               "max_chars_per_hit": (int, ">= 1")}
+#: Protocol arguments that are switches (JSON true or false).
+PROTOCOL_SWITCHES = ("few_shot",)
 
 
 def _flag(name: str) -> str:
@@ -48,6 +63,41 @@ def _flag(name: str) -> str:
 
 def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def protocol_kwargs_error(kwargs: dict[str, Any]) -> str | None:
+    """``None`` if each of ``kwargs`` (protocol arguments) that has a rule keeps it, else the first one's message.
+
+    >>> protocol_kwargs_error({"top_k": 3, "observation_mode": "chat"}) is None
+    True
+    >>> protocol_kwargs_error({"top_k": 100000}), protocol_kwargs_error({"few_shot": "yes"})
+    ('top_k must be in [1, 100], got 100000', "few_shot must be true or false, got 'yes'")
+    """
+    for key, value in kwargs.items():
+        if key in PROTOCOL_RULES:
+            error = value_error(value, PROTOCOL_RULES[key][1], PROTOCOL_RULES[key][0])
+        elif key in PROTOCOL_SWITCHES and not isinstance(value, bool):
+            error = f"must be true or false, got {value!r}"
+        else:
+            continue
+        if error:
+            return f"{key} {error}"
+    return None
+
+
+def _setting_error(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a setting ``name`` can hold (None: it is)."""
+    if name in RULES:
+        error = value_error(value, RULES[name][1], RULES[name][0])
+        return f"{name} {error}" if error else None
+    if name == "protocol_kwargs":
+        if not isinstance(value, dict):
+            return f"protocol_kwargs must be a JSON object, got {_show(value)}"
+        error = protocol_kwargs_error(value)
+        return f"protocol_kwargs.{error}" if error else None
+    if not isinstance(value, str) or not value.strip():  # model, protocol: names
+        return f"{name} must be a non-empty name, got {json.dumps(value)}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,6 +193,9 @@ def adapter_settings(path: str | os.PathLike, label: str = "--adapter") -> Adapt
         raise ValueError(f"{label} {path}: {e}") from None
     source, config = settings_source(d)
     values = {k: config[k] for k in SETTINGS if config.get(k) is not None}
-    if "protocol_kwargs" in values and not isinstance(values["protocol_kwargs"], dict):
-        values.pop("protocol_kwargs")
+    for name, value in values.items():
+        error = _setting_error(name, value)
+        if error:
+            raise ValueError(f"{source}: {error} (a setting the adapter {path} records): correct it in that file, or "
+                             f"remove {name} from it to leave the setting to the command's flags")
     return AdapterSettings(path=Path(path), source=source, values=values)

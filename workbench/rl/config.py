@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from workbench.rl.advantages import ADV_ALIASES, ADVANTAGES, FILTER_CRITERIA, STD_KINDS, canonical_adv_norm
 from workbench.rl.losses import AGGREGATIONS, KL_ESTIMATORS, SURROGATES, kl_coef_at
+from workbench.util.kinds import kinds_error
 
 LEVELS = ("token", "sequence")
 EMPTY_SEQS = ("skip", "count")
@@ -251,6 +252,9 @@ class LossConfig:
         unknown = sorted(set(overrides) - fields)
         if unknown:
             raise ValueError(f"LossConfig has no field(s) {unknown}; fields are: {', '.join(sorted(fields))}")
+        error = kinds_error(LossConfig, overrides)
+        if error:  # {"kl_coef": "abc"} from a file or --loss-overrides, before a comparison meets it
+            raise ValueError(f"LossConfig({self.name!r}).{error}")
         over = dict(overrides)
         if "surrogate" in over and "importance_level" not in over:
             over["importance_level"] = None

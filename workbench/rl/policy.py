@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from workbench.core.models import DEFAULT_MODEL, load_policy, portable_model_name
+from workbench.rollout.lora_serving import check_adapter_files, check_adapter_fits
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +238,10 @@ class LoRAPolicy:
         if init is not None and merge_init:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, str(init)).merge_and_unload()
+            names = check_adapter_files(init)
+            peft_model = PeftModel.from_pretrained(model, str(init))
+            check_adapter_fits(peft_model, names, init)
+            model = peft_model.merge_and_unload()
         targets = list(target_modules) if target_modules else default_target_modules(model, include_mlp)
         self.lora_config = LoraConfig(
             r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM",
@@ -423,6 +427,7 @@ class LoRAPolicy:
         for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
             if not (d / name).exists():
                 raise FileNotFoundError(f"load_adapter: {d / name} is missing (expected a directory from save_adapter)")
+        check_adapter_files(d)  # a FIFO, no LoRA tensors or NaN weights: refused before they are read
         saved = json.loads((d / ADAPTER_CONFIG).read_text())
         mine = self.model.peft_config["default"]
         checks = {"r": (saved.get("r"), mine.r), "lora_alpha": (saved.get("lora_alpha"), mine.lora_alpha),

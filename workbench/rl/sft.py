@@ -67,6 +67,16 @@ def read_traces(source: str | os.PathLike) -> tuple[list[Trajectory], list[Examp
     return run.trajectories(), (run.examples() if run.exists("examples.jsonl") else [])
 
 
+def check_traces(traces: Sequence[str | os.PathLike]) -> None:
+    """Each of ``traces`` is a run directory or a Parquet file, or a ``ValueError`` naming it: said before an SFT run's
+    folder is made, as a training run's inputs are checked before its folder is."""
+    for src in traces:
+        p = Path(src)
+        if not (p / "config.json").is_file() and not (p.is_file() and p.suffix == ".parquet"):
+            raise ValueError(f"SFTConfig.traces: {src} is neither a run directory (it has no config.json) nor a "
+                             "trajectories .parquet file; give a `workbench expert` (or eval) run")
+
+
 def benchmark_examples(traces: Sequence[str | os.PathLike]) -> list[Example]:
     """The questions of ``traces`` that are not the world's (``workbench expert --dataset FILE`` runs), in order:
     SFT takes them as training questions beside the world's split."""
@@ -125,12 +135,19 @@ class SFTTrainer(Trainer):
     def __init__(self, config: SFTConfig, parts: RunParts, run: Run | str | os.PathLike | None = None, **kwargs: Any):
         if not isinstance(config, SFTConfig):
             raise TypeError(f"SFTTrainer needs an SFTConfig, got {type(config).__name__}")
+        check_traces(config.traces)
+        self._made: Run | None = None
+        """The run folder this trainer made, until its first step starts (:meth:`_drop_unstarted`)."""
         if not isinstance(run, Run) and not (run is not None and (Path(run) / "config.json").exists()):
-            run = Run.create(run, kind="sft", name=f"sft-{config.protocol}")
-        super().__init__(config, parts, run, **kwargs)
-        if self.world_size > 1:
-            raise NotImplementedError("SFTTrainer runs in one process")
-        self.run.update_config(kind="sft")
+            run = self._made = Run.create(run, kind="sft", name=f"sft-{config.protocol}")
+        try:
+            super().__init__(config, parts, run, **kwargs)
+            if self.world_size > 1:
+                raise NotImplementedError("SFTTrainer runs in one process")
+            self.run.update_config(kind="sft")
+        except BaseException:
+            self._drop_unstarted()
+            raise
         self.questions = self.data
         """The training questions (rejection sampling draws from them); ``data`` becomes the pool."""
         self.pool: list[Trajectory] | None = None
@@ -290,9 +307,26 @@ class SFTTrainer(Trainer):
 
     def train(self, steps: int | None = None, on_step: Any = None) -> Run:
         """Evaluate (step 0), run SFT steps until ``steps`` (default ``config.steps``), evaluate, checkpoint:
-        the RL trainer's loop over this class's ``train_step`` (``on_step`` as there)."""
-        self.prepare()
+        the RL trainer's loop over this class's ``train_step`` (``on_step`` as there). A run whose pool cannot be made
+        leaves no folder behind, as a training run whose inputs fail leaves none."""
+        try:
+            self.prepare()
+        except BaseException:
+            self._drop_unstarted()
+            raise
+        self._made = None  # from here on the folder is a run: a failure leaves it incomplete, as a training run's
         return super().train(steps, on_step)
+
+    def _drop_unstarted(self) -> None:
+        """Remove the run folder this trainer made, when no step has started in it (it holds its config, its examples
+        and at most an empty pool): a failed start is an error line, not a folder that reads as a run."""
+        made, self._made = self._made, None
+        if made is None:
+            return
+        import shutil
+
+        made.release_writer_lock()
+        shutil.rmtree(made.path, ignore_errors=True)
 
     def progress_label(self) -> str:
         return f"sft {self.config.protocol}"

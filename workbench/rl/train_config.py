@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.rl.trackers import tracker_names
+from workbench.util.io import loads_yaml
+from workbench.util.kinds import kinds_error
 from workbench.util.ranges import range_error
 
 if TYPE_CHECKING:  # the command line reads this module for its flags: nothing here imports torch or pandas
@@ -250,6 +252,11 @@ class TrainConfig:
         def bad(f: str, msg: str) -> ValueError:
             return ValueError(f"{type(self).__name__}.{f}: {msg}")
 
+        if isinstance(self.report_to, (list, tuple)):  # a list from Python or a YAML file
+            self.report_to = ",".join(map(str, self.report_to))
+        error = kinds_error(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        if error:  # a value of another kind from a file or a JSON flag (steps: [1, 2]), before anything compares it
+            raise ValueError(f"{type(self).__name__}.{error}")
         if self.group_size < 2:
             raise bad("group_size", f"GRPO-family advantages compare rollouts of one question; use >= 2, got {self.group_size}")
         for f, rule in self.RANGES.items():
@@ -300,8 +307,6 @@ class TrainConfig:
             raise bad("judges", f"unknown judge(s) {unknown}; valid: {', '.join(sorted(JUDGES))}")
         if self.stage_switch_step is not None and self.stage_switch_step < 1:
             raise bad("stage_switch_step", f"must be >= 1, got {self.stage_switch_step}")
-        if not isinstance(self.report_to, str):  # a list from Python or a YAML file
-            self.report_to = ",".join(map(str, self.report_to))
         self.report_to = ",".join(tracker_names(self.report_to)) or "none"  # a library not installed: named here
         self.loss_config()  # validates the optimizer mix with LossConfig's own messages
         self._check_engines(bad)
@@ -375,7 +380,10 @@ class TrainConfig:
         in the wrong section or given twice is a one-line error naming it (``where``: the file, for the message)."""
         out: dict[str, Any] = {}
         for key, value in data.items():
-            if key in cls.SECTIONS and isinstance(value, dict):
+            if key in cls.SECTIONS and not isinstance(value, dict):
+                raise ValueError(f"{where}section {key!r} must be a mapping of its fields ({', '.join(cls.SECTIONS[key])}), "
+                                 f"got {json.dumps(value, default=str)[:60]}")
+            if key in cls.SECTIONS:
                 for k, v in value.items():
                     home = next((s for s, fs in cls.SECTIONS.items() if k in fs), None)
                     if home != key:
@@ -401,6 +409,10 @@ class TrainConfig:
 
 
 
+#: The most a TrainConfig file may hold (one is a few KB).
+CONFIG_FILE_BYTES = 16 << 20
+
+
 def read_config_file(path: str | os.PathLike, config_class: type[TrainConfig] | None = None) -> dict[str, Any]:
     """The fields a JSON or YAML TrainConfig file sets (keys = field names of ``config_class``, default TrainConfig,
     checked; ``method:`` allowed; at the top or grouped by ``SECTIONS``), with one-line errors naming the file and
@@ -411,24 +423,21 @@ def read_config_file(path: str | os.PathLike, config_class: type[TrainConfig] | 
     if not p.is_file():
         raise ValueError(f"--config {p} is a directory, not a file: pass a TrainConfig JSON or YAML file "
                          "(e.g. my_run.yaml with `steps: 20`)")
+    if p.stat().st_size > CONFIG_FILE_BYTES:
+        raise ValueError(f"--config {p}: {p.stat().st_size >> 20} MiB, more than a TrainConfig file holds "
+                         f"({CONFIG_FILE_BYTES >> 20} MiB): pass a TrainConfig JSON or YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"--config {p} is not UTF-8 text (byte {e.start}): pass a TrainConfig JSON or YAML file") from None
     if p.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-            what = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ValueError(f"{p}: YAML syntax error at {where}: {what}; fix the file (keys are TrainConfig "
-                             "field names, e.g. `steps: 20`)") from None
+        data = loads_yaml(text, p, "fix the file (keys are TrainConfig field names, e.g. `steps: 20`)")
+        data = {} if data is None else data
     else:
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{p}: JSON nested too deep to read; a TrainConfig file is a mapping of fields") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}: JSON syntax error at line {e.lineno}, column {e.colno}: {e.msg}") from None
     if not isinstance(data, dict):
@@ -438,6 +447,9 @@ def read_config_file(path: str | os.PathLike, config_class: type[TrainConfig] | 
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"{p}: unknown TrainConfig field(s) {unknown}; valid fields: {', '.join(sorted(names))}")
+    error = kinds_error(config_class or TrainConfig, {k: v for k, v in data.items() if k != "report_to"})  # a list
+    if error:  # ... of trackers is a report_to too (joined by __post_init__)
+        raise ValueError(f"{p}: {error}; fix the file")
     return data
 
 

@@ -24,15 +24,19 @@ model between processes. Errors are OpenAI's ``{"error": {"message", "type", "co
 ``MAX_BODY_BYTES``: 413; a wrong or missing ``api_key``: 401, checked before routing and before any body is read).
 Limits as the retrieval server's (:mod:`workbench.util.http_stack`): unfinished bodies share ``MAX_BUFFERED_BYTES`` with
 at most ``MAX_CLIENT_BYTES`` per client address, replies a client does not read are dropped; a request carries at
-most ``MAX_PROMPTS`` prompts and each prompt plus ``max_tokens`` fits ``max_model_len`` (400 otherwise, as vLLM);
-a non-loopback bind needs an ``api_key``.
+most ``MAX_PROMPTS`` prompts, each prompt plus ``max_tokens`` fits ``max_model_len`` (400 otherwise, as vLLM) and
+prompts x ``max_tokens`` is at most ``max_request_tokens``; ``temperature`` is a finite number in
+[0, ``MAX_TEMPERATURE``] (below ``GREEDY_BELOW``: greedy, as vLLM), ``top_p`` in (0, 1], ``seed`` in
+[0, 2**63 - 1]; JSON nested too deep to read is a 400; a non-loopback bind needs an ``api_key``.
 
 Requests that arrive together are batched: one worker thread collects the requests queued within
-``batch_window_s`` (up to ``max_batch`` prompts), groups them by sampling settings and makes one
-``backend.generate`` call per group, so the backend is only ever called from that thread. A request
-waits on that thread's future (not on a threadpool thread), so any number of them can share a batch.
-Greedy results are exact; a seeded sampled batch uses the seed of its first request, so seeded
-sampling over HTTP is reproducible only when requests are batched the same way.
+``batch_window_s`` (up to ``max_batch`` prompts), groups them by sampling settings and length class (``max_tokens``
+within a factor of two) and makes one ``backend.generate`` call per group, the shortest groups first, so the backend is
+only ever called from that thread and a short request queued beside a long one is not held for the long one's
+length. (A request that arrives while a call runs waits for that call: calls are not preempted; ``max_request_tokens``
+bounds how much one request may ask for.) A request waits on that thread's future (not on a threadpool thread), so any
+number of them can share a batch. Greedy results are exact; a seeded sampled batch uses the seed of its first request,
+so seeded sampling over HTTP is reproducible only when requests are batched the same way.
 
     python -m workbench.rollout.server --model smollm2-135m --port 8000 [--enable-lora]
 """
@@ -43,6 +47,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import queue
 import sys
@@ -56,7 +61,7 @@ from typing import Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
 
-from workbench.rollout.backends.base import ERROR, LENGTH, STOP, Backend, Generation, SamplingParams
+from workbench.rollout.backends.base import ERROR, GREEDY_BELOW, LENGTH, STOP, Backend, Generation, SamplingParams
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
 from workbench.util.http_stack import BearerAuth, BodyGuard, ServerThread, is_loopback, json_response
@@ -72,6 +77,13 @@ MAX_PROMPTS = 1024
 """Prompts one request may carry."""
 DEFAULT_MAX_MODEL_LEN = 32768
 """Prompt plus completion tokens when the model does not say (``max_position_embeddings``)."""
+MAX_REQUEST_TOKENS = 65536
+"""Default of ``max_request_tokens`` (``--max-request-tokens``): prompts x ``max_tokens`` one request may ask for."""
+MAX_TEMPERATURE = 100.0
+"""The largest ``temperature`` a request may ask for (OpenAI's is 2; vLLM has none): past it sampling is uniform in
+all but name."""
+MAX_SEED = 2**63 - 1
+"""The largest ``seed`` (vLLM's: a signed 64-bit integer; seeds are >= 0 here)."""
 
 class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400):
@@ -115,6 +127,22 @@ class _Batcher:
         self._q.put(None)
         self._thread.join(timeout=30)
 
+    @staticmethod
+    def groups(jobs: list[_Job]) -> list[list[_Job]]:
+        """``jobs`` in ``generate`` calls: one per adapter, sampling settings and length class (the longest limit's
+        power of two: a 1-token request is not decoded for as long as a 200-token one beside it), the shortest first.
+
+        >>> p = SamplingParams()
+        >>> jobs = [_Job([[1]] * 32, p, [200] * 32, Future()), _Job([[2]], p, [1], Future()), _Job([[3]], p, [150], Future())]
+        >>> [[len(j.prompts) for j in g] for g in _Batcher.groups(jobs)]
+        [[1], [32, 1]]
+        """
+        groups: dict[tuple, list[_Job]] = {}
+        for j in jobs:
+            key = (j.adapter, j.params.temperature, j.params.top_p, j.params.stop, max(j.limits).bit_length())
+            groups.setdefault(key, []).append(j)
+        return sorted(groups.values(), key=lambda g: max(max(j.limits) for j in g))
+
     def _run(self) -> None:
         closing = False
         while not closing:
@@ -133,10 +161,7 @@ class _Batcher:
                     break
                 jobs.append(nxt)
                 n += len(nxt.prompts)
-            groups: dict[tuple, list[_Job]] = {}
-            for j in jobs:
-                groups.setdefault((j.adapter, j.params.temperature, j.params.top_p, j.params.stop), []).append(j)
-            for group in groups.values():
+            for group in self.groups(jobs):
                 self._generate(group)
         while True:  # requests that raced the shutdown fail instead of waiting forever
             try:
@@ -144,9 +169,12 @@ class _Batcher:
             except queue.Empty:
                 return
             if job is not None:
-                job.future.set_exception(RuntimeError("the completion server is shutting down"))
+                _fail(job.future, RuntimeError("the completion server is shutting down"))
 
     def _generate(self, jobs: list[_Job]) -> None:
+        jobs = [j for j in jobs if not j.future.done()]  # a client that left cancelled its future
+        if not jobs:
+            return
         prompts = [p for j in jobs for p in j.prompts]
         limits = [n for j in jobs for n in j.limits]
         params = replace(jobs[0].params, max_new_tokens=max(limits))
@@ -160,12 +188,18 @@ class _Batcher:
                 raise RuntimeError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
         except Exception as e:  # reported to every waiting request as an HTTP 500
             for j in jobs:
-                j.future.set_exception(e)
+                _fail(j.future, e)
             return
         i = 0
         for j in jobs:
-            j.future.set_result(gens[i : i + len(j.prompts)])
+            if not j.future.done():
+                j.future.set_result(gens[i : i + len(j.prompts)])
             i += len(j.prompts)
+
+
+def _fail(fut: Future, e: BaseException) -> None:
+    if not fut.done():  # a client that left cancelled it
+        fut.set_exception(e)
 
 
 class CompletionServer:
@@ -173,11 +207,13 @@ class CompletionServer:
 
     def __init__(self, addr: tuple[str, int], backend: Backend, model_name: str, api_key: str | None,
                  max_batch: int, batch_window_s: float, return_tokens_as_token_ids: bool,
-                 adapters: LoRAAdapters | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN):
+                 adapters: LoRAAdapters | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+                 max_request_tokens: int = MAX_REQUEST_TOKENS):
         self.backend = backend
         self.model_name = model_name
         self.api_key = api_key
         self.max_model_len = max_model_len
+        self.max_request_tokens = max_request_tokens
         self.return_tokens_as_token_ids = return_tokens_as_token_ids
         self.adapters = adapters
         self.http = ServerThread(create_app(self), *addr, name="completion-server")  # binds: OSError if in use
@@ -213,6 +249,7 @@ def serve(
     max_loras: int = 8,
     lora_dir: str | None = None,
     max_model_len: int | None = None,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
 ) -> tuple[CompletionServer, str]:
     """Serve ``backend`` over HTTP in a background thread; returns ``(server, base_url)``.
 
@@ -232,6 +269,7 @@ def serve(
         lora_dir: the directory adapters may be loaded from (default: the current directory).
         max_model_len: prompt plus completion tokens a request may ask for (default: the model's
             ``max_position_embeddings``, else ``DEFAULT_MAX_MODEL_LEN``).
+        max_request_tokens: prompts x ``max_tokens`` a request may ask for (400 past it, naming the limit).
 
     The base URL ends in ``/v1`` (``http://127.0.0.1:PORT/v1``). Call ``server.stop()`` when done.
     """
@@ -245,11 +283,12 @@ def serve(
     if max_model_len is None:
         config = getattr(getattr(backend, "model", None), "config", None)
         max_model_len = int(getattr(config, "max_position_embeddings", 0) or DEFAULT_MAX_MODEL_LEN)
-    if max_model_len < 1:
-        raise ValueError(f"serve: max_model_len must be >= 1, got {max_model_len}")
+    for name, v in (("max_model_len", max_model_len), ("max_request_tokens", max_request_tokens)):
+        if v < 1:
+            raise ValueError(f"serve: {name} must be >= 1, got {v}")
     adapters = LoRAAdapters(backend, max_loras, root=lora_dir or ".") if enable_lora else None
     server = CompletionServer((host, port), backend, model_name or backend.name, api_key, max_batch, batch_window_s,
-                              return_tokens_as_token_ids, adapters, max_model_len)
+                              return_tokens_as_token_ids, adapters, max_model_len, max_request_tokens)
     try:
         server.start()
     except BaseException:
@@ -370,6 +409,8 @@ def _read_json(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}") from e
+    except RecursionError:  # [[[[...: deeper than Python's reader goes
+        raise BadRequest("request body is JSON nested too deep to read: send a flat object") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     return body
@@ -416,24 +457,27 @@ def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
     if longest + max_tokens > srv.max_model_len:
         raise BadRequest(f"this model's maximum context length is {srv.max_model_len} tokens; the request asks for "
                          f"{longest} prompt + {max_tokens} completion tokens: lower max_tokens or shorten the prompt")
+    if len(prompts) * max_tokens > srv.max_request_tokens:
+        raise BadRequest(f"{len(prompts)} prompts x max_tokens {max_tokens} = {len(prompts) * max_tokens:,} tokens is "
+                         f"over this server's {srv.max_request_tokens:,} per request (--max-request-tokens): split the "
+                         "prompts over several requests or lower max_tokens")
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
         raise BadRequest(f"stop must be a string or a list of strings, got {stop!r}")
     if logprobs is not None and (not _is_int(logprobs) or logprobs < 0):
         raise BadRequest(f"logprobs must be an integer >= 0 or null, got {logprobs!r}")
     seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise BadRequest(f"seed must be an integer or null, got {seed!r}")
-    try:
-        temperature, top_p = body.get("temperature"), body.get("top_p")
-        params = SamplingParams(
-            max_new_tokens=int(max_tokens),
-            temperature=1.0 if temperature is None else float(temperature),
-            top_p=1.0 if top_p is None else float(top_p),
-            stop=tuple(stop),
-            seed=seed,
-        )
-    except (TypeError, ValueError) as e:
-        raise BadRequest(str(e)) from e
+    if seed is not None and not (_is_int(seed) and 0 <= seed <= MAX_SEED):
+        raise BadRequest(f"seed must be an integer in [0, 2**63 - 1] or null, got {seed!r}")
+    temperature, top_p = body.get("temperature"), body.get("top_p")
+    temperature = 1.0 if temperature is None else temperature
+    top_p = 1.0 if top_p is None else top_p
+    if not (_is_number(temperature) and 0 <= temperature <= MAX_TEMPERATURE):  # NaN and the infinities too
+        raise BadRequest(f"temperature must be a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy; below "
+                         f"{GREEDY_BELOW:g} is greedy too), got {temperature!r}")
+    if not (_is_number(top_p) and 0 < top_p <= 1):
+        raise BadRequest(f"top_p must be a number in (0, 1], got {top_p!r}")
+    params = SamplingParams(max_new_tokens=int(max_tokens), temperature=float(temperature), top_p=float(top_p),
+                            stop=tuple(stop), seed=seed)
     as_ids = body.get("return_tokens_as_token_ids")
     opts = {
         "logprobs": logprobs is not None,
@@ -465,6 +509,11 @@ def _render(srv: CompletionServer, req: _Request, gens: list[Generation]) -> dic
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    """A JSON number that is finite (not a bool; ``NaN`` and ``Infinity`` parse but are not numbers a field takes)."""
+    return _is_int(x) or (isinstance(x, float) and math.isfinite(x))
 
 
 def _parse_prompts(prompt: Any, tok: Any) -> list[list[int]]:
@@ -542,6 +591,8 @@ def main(argv: list[str] | None = None) -> None:
                     "outside it is refused (default: the current directory)")
     ap.add_argument("--max-model-len", type=int, default=None, help="prompt plus completion tokens a request may ask "
                     "for (default: the model's max_position_embeddings)")
+    ap.add_argument("--max-request-tokens", type=int, default=MAX_REQUEST_TOKENS, help="prompts x max_tokens a request "
+                    "may ask for; more is refused with 400 (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.util.threads' choice)")
     args = ap.parse_args(argv)
 
@@ -554,7 +605,8 @@ def main(argv: list[str] | None = None) -> None:
                  "machines (the server has no TLS)")
     if not 0 <= args.port <= 65535:
         fail(f"--port {args.port} is not a TCP port: give 1-65535 (0 picks a free one)")
-    for flag, v in (("--max-loras", args.max_loras), ("--max-model-len", args.max_model_len), ("--threads", args.threads)):
+    for flag, v in (("--max-loras", args.max_loras), ("--max-model-len", args.max_model_len), ("--threads", args.threads),
+                    ("--max-request-tokens", args.max_request_tokens)):
         if v is not None and v < 1:
             fail(f"{flag} {v}: give a number >= 1")
     if args.enable_lora and not os.path.isdir(args.lora_dir):
@@ -570,7 +622,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server, url = serve(backend, args.host, args.port, model_name=args.model or DEFAULT_MODEL,
                             allow_remote=args.allow_remote, api_key=args.api_key, enable_lora=args.enable_lora,
-                            max_loras=args.max_loras, lora_dir=args.lora_dir, max_model_len=args.max_model_len)
+                            max_loras=args.max_loras, lora_dir=args.lora_dir, max_model_len=args.max_model_len,
+                            max_request_tokens=args.max_request_tokens)
     except OSError as e:
         print(f"error: cannot listen on {args.host} port {args.port}: {e.strerror or e}; pick another --port",
               file=sys.stderr)

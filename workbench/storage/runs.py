@@ -72,10 +72,25 @@ class RunStatus:
         return ("complete" if self.complete else "incomplete") + (f" ({self.note})" if self.note else "")
 
 
+#: The longest label a run id carries: the id (``<stamp>-<label>-<8 hex>``) is a folder name, which most file systems
+#: cap at 255 bytes.
+MAX_RUN_LABEL = 200
+
+
+def run_label(name: str) -> str:
+    """The label a run named ``name`` gets in its id (characters a folder name keeps, ``-`` for the others), or a
+    ``ValueError`` naming it when it is longer than :data:`MAX_RUN_LABEL`: the folder could not be made, and an eval
+    makes it after its work."""
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
+    if len(label) > MAX_RUN_LABEL:
+        raise ValueError(f"run name {name[:40]!r}... is {len(label)} characters; a run id's label holds at most "
+                         f"{MAX_RUN_LABEL}: give a shorter --name")
+    return label
+
+
 def new_run_id(kind: str = "run", name: str | None = None) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    label = re.sub(r"[^A-Za-z0-9_.-]+", "-", name or kind).strip("-") or "run"
-    return f"{stamp}-{label}-{secrets.token_hex(4)}"
+    return f"{stamp}-{run_label(name or kind)}-{secrets.token_hex(4)}"
 
 
 WRITER_LOCK = ".writer.lock"

@@ -147,18 +147,25 @@ class UnreadableFile(ValueError):
     """A file a reader refuses: not a regular file, over its size cap, or JSON nested past what can be read."""
 
 
+def regular_file(path: str | os.PathLike, what: str = "run file") -> os.stat_result:
+    """``path``'s ``os.stat`` (a symlink followed), if it is a regular file; else an ``UnreadableFile`` naming it and
+    what it is (a directory, a device, a FIFO), without opening it: opening a FIFO waits for a writer forever."""
+    import stat
+
+    st = Path(path).stat()
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
+                stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+        raise UnreadableFile(f"{path}: {kind}, not a {what}; replace it with the file itself")
+    return st
+
+
 def read_text_bounded(path: str | os.PathLike, max_bytes: int = RUN_FILE_BYTES, what: str = "run file") -> str:
     """The text of ``path`` (bytes that are not UTF-8 replaced), read only if it is a regular file of at most
     ``max_bytes``: a symlink to ``/dev/zero``, a FIFO, a directory or a 2 GB sparse file is refused at once with an
     ``UnreadableFile`` naming the file and the cap, instead of being read into memory."""
-    import stat
-
     p = Path(path)
-    st = p.stat()  # follows a symlink to what it names
-    if not stat.S_ISREG(st.st_mode):
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
-                stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
-        raise UnreadableFile(f"{p}: {kind}, not a {what}; replace it with the file itself")
+    st = regular_file(p, what)
     if st.st_size > max_bytes:
         raise UnreadableFile(f"{p}: {st.st_size / 2**20:,.0f} MiB, more than a {what} may hold ({max_bytes >> 20} "
                              "MiB): it is not one this workbench wrote; move it away")
@@ -178,6 +185,23 @@ def loads_json(text: str, where: str | os.PathLike) -> Any:
         raise UnreadableFile(f"{where}: JSON nested too deep to read; it is not a file this workbench wrote") from None
     except json.JSONDecodeError as e:
         raise UnreadableFile(f"{where}: not valid JSON ({e})") from None
+
+
+def loads_yaml(text: str, where: str | os.PathLike, fix: str = "fix the file") -> Any:
+    """``yaml.safe_load`` whose every failure is a ``ValueError`` naming ``where`` and, for a syntax error, the line and
+    column, then ``fix``: bad YAML, a tag that would build a Python object (``!!python/object``: refused by the safe
+    loader), and YAML nested deeper than Python's recursion goes."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise UnreadableFile(f"{where}: YAML nested too deep to read; {fix}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UnreadableFile(f"{where}: YAML error{at}: {what}; {fix}") from None
 
 
 def read_json(path: str | os.PathLike, max_bytes: int = RUN_FILE_BYTES, what: str = "run file") -> Any:

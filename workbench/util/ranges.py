@@ -33,3 +33,23 @@ def range_error(value: float, rule: str) -> str | None:
     if in_range(value, rule):
         return None
     return f"must be {rule if rule[0] in '<>' else 'in ' + rule}, got {value}"
+
+
+def value_error(value: object, rule: str, kind: type = float) -> str | None:
+    """``None`` if ``value`` is a number of ``kind`` that keeps ``rule``, else the message, which names the rule: the one
+    check of a number read from a file (JSON: ``2.5``, ``true``, ``Infinity`` and ``"4"`` all parse) as of one parsed
+    from a flag. A bool is not a number, a whole-number field takes no fraction (nor ``4.0``), and NaN and the
+    infinities keep no rule.
+
+        >>> value_error(4, ">= 1", int) is None, value_error(2.5, ">= 1", int), value_error(True, ">= 1", int)
+        (True, 'must be a whole number >= 1, got 2.5', 'must be a whole number >= 1, got True')
+        >>> value_error(float("inf"), ">= 0"), value_error(0, ">= 1", int)
+        ('must be a finite number >= 0, got inf', 'must be >= 1, got 0')
+    """
+    shown = rule if rule[0] in "<>" else "in " + rule
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be a whole number {shown}, got {value!r}"
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"must be a finite number {shown}, got {value!r}"
+    return range_error(value, rule)

@@ -266,6 +266,26 @@ def dataset_examples(dataset: str, split: str | None, limit: int | None) -> tupl
     return train, [], train[0].dataset
 
 
+def check_export_dir(out: Path, method: str) -> None:
+    """``out`` may take ``method``'s export: it holds none yet, or one of the same method (written again). An export of
+    another method there is an error naming the folder: the two would share train.parquet, export.json and the
+    dumps ``workbench import verl`` reads back, each method's files mixed with the other's."""
+    manifest = out / "export.json"
+    if not manifest.exists():
+        return
+    from workbench.util.io import read_json
+
+    try:
+        there = read_json(manifest, 1 << 20, "verl export manifest")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--out {out}: it holds an export.json that does not read ({e}); give a folder of its own "
+                         f"for each export (e.g. exports/{method})") from None
+    other = there.get("method") if isinstance(there, dict) else None
+    if other != method:
+        raise ValueError(f"--out {out} holds the export of method {other!r}; give each method a folder of its own "
+                         f"(e.g. --out {out.parent / method}), or remove that export first")
+
+
 def export_verl(method: str, dataset: str = "world", out: str | Path = "exports", *, split: str | None = None,
                 val_dataset: str | None = None, limit: int | None = None, corpus: str = "world",
                 model: str = "Qwen/Qwen2.5-3B-Instruct", retrieval_url: str | None = None) -> dict[str, Path]:
@@ -283,6 +303,7 @@ def export_verl(method: str, dataset: str = "world", out: str | Path = "exports"
     if m.reward is None:
         raise ValueError(f"method {method!r} is a baseline with no reward preset: nothing to train with verl")
     out = Path(out).resolve()
+    check_export_dir(out, m.name)
     out.mkdir(parents=True, exist_ok=True)
     proto = m.get_protocol()
     train, val, source = dataset_examples(dataset, split, limit)

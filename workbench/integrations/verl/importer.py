@@ -29,33 +29,64 @@ from typing import Any
 
 from workbench.data.example import Example
 from workbench.storage.runs import Run
-from workbench.util.io import read_jsonl
+from workbench.util.io import read_json, read_jsonl, read_text_bounded
 
 _STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
 _CONSOLE = re.compile(r"step:(\d+) - (.*)$")
 VALIDATION = "validation"
+#: The largest step a run's tables hold (a Parquet int64); verl's steps count from 1.
+MAX_STEP = 2**63 - 1
 
 
 def dump_files(d: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of verl's ``<step>.jsonl`` dumps in ``d``, by step."""
-    return sorted((int(m.group(1)), p) for p in d.glob("*.jsonl") if (m := _STEP_FILE.match(p.name)))
+    """``(step, path)`` of verl's ``<step>.jsonl`` dumps in ``d``, by step; a name whose number is past any step
+    (``12345678901234567890123456.jsonl``) is an error naming it."""
+    out = []
+    for p in d.glob("*.jsonl"):
+        if m := _STEP_FILE.match(p.name):
+            step = int(m.group(1))
+            if step > MAX_STEP:
+                raise ValueError(f"{p}: step {m.group(1)} is past the largest step a run holds ({MAX_STEP}): not a "
+                                 "verl dump (verl names each <global_step>.jsonl); move it out of the folder")
+            out.append((step, p))
+    return sorted(out)
+
+
+def _is_answers(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(a, str) for a in v))
+
+
+def is_sample(row: Any) -> bool:
+    """A dump line the import can read: an object with an ``output`` string; ``input`` a string, ``gts`` a string, a
+    list of strings or ``{"target": ...}`` of those (our exported ground truth), ``score`` a number, where present.
+    Any other line is skipped and counted (a ``gts`` of ``7`` or an object would give the sample no gold answer, a
+    ``score`` of ``"abc"`` no reward)."""
+    if not isinstance(row, dict) or not isinstance(row.get("output"), str):
+        return False
+    gts, score = row.get("gts"), row.get("score")
+    if isinstance(gts, dict) and set(gts) <= {"target", "ground_truth"}:
+        gts = gts.get("target", gts.get("ground_truth"))
+    return (row.get("input") is None or isinstance(row["input"], str)) and (gts is None or _is_answers(gts)) and (
+        score is None or (isinstance(score, (int, float)) and not isinstance(score, bool)))
 
 
 def read_dump(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The samples of one dump file and the number of unreadable lines (skipped)."""
-    return read_jsonl(path, lambda row: isinstance(row, dict) and isinstance(row.get("output"), str))
+    """The samples of one dump file (:func:`is_sample`) and the number of unreadable lines (skipped)."""
+    return read_jsonl(path, is_sample)
 
 
-def read_metrics(path: Path) -> dict[int, dict[str, float]]:
-    """``{step: {metric: value}}`` from verl's file logger JSONL, a flat JSONL, or its console log."""
+def read_metrics(path: Path, skipped: list[int] | None = None) -> dict[int, dict[str, float]]:
+    """``{step: {metric: value}}`` from verl's file logger JSONL, a flat JSONL, or its console log. Lines that are
+    neither are skipped; so are rows whose step is not a whole number from 0 to :data:`MAX_STEP`, their line numbers
+    appended to ``skipped``."""
     out: dict[int, dict[str, float]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for lineno, line in enumerate(read_text_bounded(path, what="verl metrics log").splitlines(), 1):
         line = line.strip()
         row: dict[str, Any] | None = None
         if line.startswith("{"):
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(obj, dict) and "step" in obj:
                 row = {"step": obj["step"], **(obj["data"] if isinstance(obj.get("data"), dict) else obj)}
@@ -68,7 +99,11 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
             continue
         try:
             step = int(float(row.pop("step")))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e400, read as infinity
+            step = -1
+        if not 0 <= step <= MAX_STEP:
+            if skipped is not None:
+                skipped.append(lineno)
             continue
         for k, v in row.items():
             x = _number(v)
@@ -161,7 +196,14 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
         raise ValueError(f"no verl dumps (<step>.jsonl) in {d} or {d / 'rollouts'}: set trainer.rollout_data_dir / "
                          "validation_data_dir in the launch and pass that directory")
     if corpus is None and root is not None:
-        corpus = json.loads((root / "export.json").read_text()).get("corpus")
+        manifest = read_json(root / "export.json", 1 << 20, "verl export manifest")
+        if not isinstance(manifest, dict):
+            raise ValueError(f"{root / 'export.json'}: not a JSON object, so not the manifest `workbench export verl` "
+                             "writes; pass --corpus, or write the export again")
+        corpus = manifest.get("corpus")
+        if corpus is not None and not isinstance(corpus, str):
+            raise ValueError(f"{root / 'export.json'}: corpus must be a corpus name or file, got {json.dumps(corpus)[:60]}; "
+                             "pass --corpus, or write the export again")
     passages = _corpus(corpus) if corpus else None
     known = _export_examples(root)
     trajs, examples, notes, steps = [], {}, [], {}
@@ -171,7 +213,8 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
             rows, bad = read_dump(path)
             n_files, n_bad = n_files + 1, n_bad + bad
             if bad:
-                notes.append(f"{path}: {bad} unreadable line(s) skipped")
+                notes.append(f"{path}: {bad} unreadable line(s) skipped (not JSON, or a field of another type than "
+                             "verl writes)")
             seen: dict[str, int] = {}
             for i, row in enumerate(rows):
                 ex = _example(row, known)
@@ -188,10 +231,15 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
                 steps.setdefault((source, step), []).append(t)
     if not trajs:
         raise ValueError(f"no readable samples in the {n_files} verl dump file(s) under {d} ({n_bad} unreadable "
-                         "line(s)): each line must be a JSON object with an \"output\" string, as verl's "
-                         "trainer.rollout_data_dir holds; pass that directory")
+                         "line(s)): each line must be a JSON object with an \"output\" string (input, gts and score "
+                         "of the types verl writes), as verl's trainer.rollout_data_dir holds; pass that directory")
     exs = list(examples.values())
     rows = score(trajs, exs)
+    skipped: list[int] = []
+    logged = read_metrics(metrics_path, skipped) if metrics_path else {}
+    if skipped:
+        notes.append(f"{metrics_path}: {len(skipped)} row(s) skipped whose step is not a whole number from 0 to "
+                     f"{MAX_STEP} (first: line {skipped[0]})")
     run = Run.create(out, kind="train", name=name or f"verl-{m.name}", config={
         "source": "verl", "method": m.name, "protocol": proto.name, "reward": m.reward.name if m.reward else None, "dataset": "verl",
         "rollout_data_dir": str(rollouts) if rollouts else None, "validation_data_dir": str(val) if val else None,
@@ -204,7 +252,7 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
         save_trajectories(ts, run.path / "steps" / f"{step:06d}.{source}.trajectories.parquet",
                           extra_columns={k: [v[i] for i in idx] for k, v in extra.items()})
     run.write_examples(exs)
-    _write_step_metrics(run, trajs, rows, read_metrics(metrics_path) if metrics_path else {})
+    _write_step_metrics(run, trajs, rows, logged)
     by_method: dict[str, list[dict[str, Any]]] = {}
     for t, r in zip(trajs, rows):
         by_method.setdefault(t.meta["method"], []).append(r)

@@ -7,6 +7,7 @@ returned ids as they are.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,6 +19,10 @@ ENGINES = ("auto", "fp32", "int4", "graph")
 
 STOP, EOS, LENGTH, ERROR = "stop", "eos", "length", "error"
 
+#: A temperature below this samples greedily (vLLM's ``_SAMPLING_EPS``): dividing logits by 1e-300 overflows to
+#: infinities, and the softmax of those is NaN.
+GREEDY_BELOW = 1e-5
+
 
 @dataclass
 class SamplingParams:
@@ -25,7 +30,7 @@ class SamplingParams:
 
     max_new_tokens: int = 256
     temperature: float = 1.0
-    """0 means greedy."""
+    """0 means greedy; so does anything below :data:`GREEDY_BELOW` (set to 0 here, so every backend sees 0)."""
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     """Generation of a sequence ends once its generated text contains one of these."""
@@ -34,8 +39,11 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 0, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"SamplingParams.temperature must be a finite number >= 0 (0 = greedy), got "
+                             f"{self.temperature}")
+        if self.temperature < GREEDY_BELOW:
+            self.temperature = 0.0
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         self.stop = tuple(self.stop)
