@@ -34,6 +34,7 @@ from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
 from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
     compare_figure,
+    comparison_figure,
     curves_figure,
     hops_figure,
     protocol_figure,
@@ -43,6 +44,7 @@ from workbench.dashboard.figures import (  # noqa: F401 - the figures are part o
 from workbench.dashboard.tooltips import column_tooltips
 from workbench.eval.compare import MISSING
 from workbench.util.http_stack import IDLE_TIMEOUT_S, MAX_HEAD_BYTES, READ_TIMEOUT_S, is_loopback
+from workbench.util.paths import repo_root
 
 log = logging.getLogger(__name__)
 
@@ -210,17 +212,74 @@ def _plot(fig):
     return _pn().pane.Plotly(fig, sizing_mode="stretch_width", config={"displaylogo": False})
 
 
-def _compare_section(runs_dir: Path):
+def _compare_section(runs_dir: Path, static: bool = False, problems: list[str] | None = None):
+    """The runs' metrics by run and by dataset, each bar with its 95% interval over questions, their table, then the
+    paired comparisons (:func:`_comparisons_part`)."""
     pn = _pn()
     df = q.method_metrics(runs_dir)
+    comparisons = _safe("paired comparisons", lambda: _comparisons_part(runs_dir, static), problems)
     if df.empty:
         return pn.Column(*_left_out(df), pn.pane.Alert("No trajectories to compare yet.", alert_type="info"),
-                         sizing_mode="stretch_width")
+                         comparisons, sizing_mode="stretch_width")
     metrics = [m for m in COMPARE_METRICS if df[m].notna().any()]
+    questions = q.question_metrics(runs_dir)
     table = _table(df, means=True)
     table.style.map(_amber_unless_complete, subset=["status"])
-    return pn.Column(*_left_out(df), *_unfinished_note(df), _plot(compare_figure(df, metrics)),
-                     _plot(compare_figure(df, metrics, by="dataset")), table, sizing_mode="stretch_width")
+    return pn.Column(*_left_out(df), *_unfinished_note(df), _plot(compare_figure(df, metrics, questions=questions)),
+                     _plot(compare_figure(df, metrics, by="dataset", questions=questions)), table, comparisons,
+                     sizing_mode="stretch_width")
+
+
+def results_dir() -> Path:
+    """The shipped paired comparisons (``data/results`` in the checkout: the ones behind ``bench/RESULTS.md``), which
+    the Compare tab shows beside the runs root's, as notebook 05 does."""
+    return repo_root() / "data" / "results"
+
+
+def comparison_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """``queries.comparison_table`` as the Compare tab's table shows it: each side's mean and the difference B − A,
+    each with its 95% interval, per comparison and hop level."""
+
+    def ci(lo: pd.Series, hi: pd.Series, sign: str = "") -> list[str]:
+        return [f"[{a:{sign}.2f}, {b:{sign}.2f}]" for a, b in zip(lo, hi)]
+
+    return pd.DataFrame({
+        "comparison": df["comparison"], "metric": df["metric"], "hops": df["hops"], "n": df["n"],
+        "A": df["a_label"], "A mean": df["a"], "A 95%": ci(df["a_lo"], df["a_hi"]),
+        "B": df["b_label"], "B mean": df["b"], "B 95%": ci(df["b_lo"], df["b_hi"]),
+        "B − A": df["diff"], "B − A 95%": ci(df["diff_lo"], df["diff_hi"], "+"),
+        "seeds": [f"{a} / {b}" for a, b in zip(df["seeds_a"], df["seeds_b"])],
+    })
+
+
+def _comparisons_part(runs_dir: Path, static: bool):
+    """Every paired comparison (``comparison.json`` under the runs root and in :func:`results_dir`;
+    ``queries.comparison_table``, the table and labels notebook 05 shows): a forest plot of each one's overall
+    difference B − A with its 95% interval (a dropdown picks the metric); served, one comparison's per-hop forest
+    picked by name; the table of every hop level."""
+    pn = _pn()
+    df = q.comparison_table(runs_dir, results_dir())
+    head = pn.pane.Markdown(
+        "### Paired comparisons\nEach `comparison.json` under the runs root and in the shipped `data/results` "
+        "(`bench/ablate.py`, `bench/compare_methods.py --save`): the difference B − A on the same questions with its "
+        "95% paired bootstrap interval (n: questions); an interval across the dotted zero line is no clear effect. "
+        "The numbers notebook 05 shows.", sizing_mode="stretch_width")
+    errors = df.attrs.get("errors") or {}
+    bad = [_box("Left out unreadable comparison files:<ul style='margin:2px 0'>" + "".join(
+        f"<li>{html.escape(e)}</li>" for e in errors.values()) + "</ul>", "warning")] if errors else []
+    if df.empty:
+        return pn.Column(head, *bad, pn.pane.Alert("No comparison.json under the runs root or in data/results.",
+                                                   alert_type="info"), sizing_mode="stretch_width")
+    parts: list[Any] = [head, *bad, _plot(comparison_figure(df, levels=("all",), by_metric=True))]
+    if not static:
+        names = list(dict.fromkeys(df["comparison"]))
+        pick = pn.widgets.Select(label="one comparison by hop count", options=names, value=names[0], width=700)
+        parts += [pick, pn.panel(pn.bind(lambda name: _plot(comparison_figure(df[df["comparison"] == name])), pick))]
+    table = _table(comparison_rows(df), height=420,
+                   widths={"comparison": "24%", "metric": "6%", "hops": "4%", "n": "4%", "A": "11%", "A mean": "5%",
+                           "A 95%": "7%", "B": "11%", "B mean": "5%", "B 95%": "7%", "B − A": "5%",
+                           "B − A 95%": "7%", "seeds": "4%"})  # 100% of the page: nothing scrolls sideways
+    return pn.Column(*parts, table, sizing_mode="stretch_width")
 
 
 def _unfinished_note(df: pd.DataFrame) -> list[Any]:
@@ -283,7 +342,7 @@ def _breakdown_section(runs_dir: Path):
         parts.append(pn.pane.Alert("No trajectories with a hop count.", alert_type="info"))
     else:
         metrics = [m for m in ("f1", "em", "cem", "n_searches") if hops[m].notna().any()]
-        parts += [_plot(hops_figure(hops, metrics)), _table(hops, means=True)]
+        parts += [_plot(hops_figure(hops, metrics, questions=q.question_metrics(runs_dir))), _table(hops, means=True)]
     parts.append(pn.pane.Markdown("### Per protocol"))
     if protocols.empty:
         parts.append(pn.pane.Alert("No trajectories.", alert_type="info"))
@@ -551,7 +610,7 @@ def _run_views(root: Path, static: bool, problems: list[str] | None) -> tuple[li
     else:
         run_select, drill = _drilldown_section(root, with_trajs)
     sections = [
-        ("Compare", _safe("metric comparison", lambda: _compare_section(root), problems)),
+        ("Compare", _safe("metric comparison", lambda: _compare_section(root, static, problems), problems)),
         ("Training", _safe("training curves", lambda: _training_section(root), problems)),
         ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
         ("Trajectories", drill),

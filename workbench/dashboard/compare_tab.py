@@ -3,11 +3,12 @@
 Each row is a pair of trajectories of one question (the same sample index where both have it): both answers, both
 scores and a category, *fixed* (only the right-hand source is correct), *broken*, *both right* or *both wrong*
 (:func:`workbench.eval.compare.pair_table`); a row opens the pair side by side with the differences highlighted
-(:func:`widgets.diff.diff_html`), above the table. The tab opens on the newest complete run's untrained and trained
-agent (a method and its ``+lora``) when it has both, else on its first two methods; a source of an unfinished run
-(killed, or still running) is marked in the pickers and opened first only when there are not two others. The static
-page holds that pair's table and its first pairs side by side, folded (it has no server to draw more). Everything
-shown is escaped.
+(:func:`widgets.diff.diff_html`), above the table. Under the counts, the difference of the two sources' mean scores
+with its 95% paired bootstrap interval (:func:`difference_html`). The tab opens on the newest complete run's untrained
+and trained agent (a method and its ``+lora``) when it has both, else on its first two methods; a source of an
+unfinished run (killed, or still running) is marked in the pickers and opened first only when there are not two others.
+The static page holds that pair's table and its first pairs side by side, folded (it has no server to draw more).
+Everything shown is escaped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 from widgets.diff import CATEGORY_COLOURS, counts_html, diff_html, pairs_html
 from workbench.dashboard import queries as q
 from workbench.dashboard.figures import run_label
+from workbench.dashboard.intervals import pair_difference
 from workbench.eval.compare import CATEGORIES, METRIC_NAMES, pair_table, show
 
 #: Pairs the static page shows side by side (folded), fixed and broken ones first.
@@ -121,6 +123,24 @@ def pairs_frame(pairs: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def difference_html(frame: pd.DataFrame, pairs: pd.DataFrame) -> str:
+    """One line under the counts: the right-hand source's mean score minus the left's over the questions both were
+    scored on, with its 95% paired bootstrap interval, and each side's mean with its interval
+    (:func:`workbench.dashboard.intervals.pair_difference`, the questions in example-id order: the numbers
+    ``workbench.eval.paired`` gives the same two runs); "" when they share no scored question. ``frame``, ``pairs``:
+    :func:`comparison`'s."""
+    d = pair_difference(pairs, frame["example_id"].iloc[pairs["left_row"].to_numpy()].to_numpy())
+    if d is None:
+        return ""
+    metric = METRIC_NAMES.get(pairs.attrs.get("metric", "cem"), "score")
+    left, right = (html.escape(str(pairs.attrs.get(k))) for k in ("left", "right"))
+    clear = "no clear difference" if d["diff_lo"] <= 0 <= d["diff_hi"] else "a clear difference"
+    return (f"<div class='wb-pair-difference' style='font-family:sans-serif;font-size:13px;margin:4px 0'>"
+            f"right − left {html.escape(metric)}: <b>{d['diff']:+.3f}</b> [{d['diff_lo']:+.3f}, {d['diff_hi']:+.3f}] "
+            f"(95%, paired bootstrap over the {d['n']} questions both scored; {clear}) · {left} {d['a']:.3f} "
+            f"[{d['a_lo']:.3f}, {d['a_hi']:.3f}] · {right} {d['b']:.3f} [{d['b_lo']:.3f}, {d['b_hi']:.3f}]</div>")
+
+
 def static_compare_html(runs_dir: str | os.PathLike, methods: pd.DataFrame) -> str:
     """The static page's tab: the default pair's table and its first pairs side by side, folded."""
     unfinished = unfinished_runs(methods)
@@ -131,7 +151,7 @@ def static_compare_html(runs_dir: str | os.PathLike, methods: pd.DataFrame) -> s
     left, right = (html.escape(option_label(s, unfinished)) for s in pick)
     parts = [f"<p>Serve the dashboard (<code>workbench dashboard</code>) to pick any two sources; this page compares "
              f"<b>{left}</b> with <b>{right}</b>.</p>",
-             pairs_html(pairs, max_rows=50)]
+             difference_html(frame, pairs), pairs_html(pairs, max_rows=50)]
     for r in pairs.head(STATIC_PAIRS).itertuples():
         colour = CATEGORY_COLOURS.get(r.category, "#666")
         summary = (f"<b style='color:{colour}'>{html.escape(r.category)}</b> · {html.escape(str(r.question))} · "
@@ -182,7 +202,7 @@ def compare_section(runs_dir: str | os.PathLike, methods: pd.DataFrame, table: A
             view.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
     def refilter(_: Any = None) -> None:
-        counts.object = counts_html(state["pairs"])
+        counts.object = counts_html(state["pairs"]) + difference_html(state["frame"], state["pairs"])
         grid.selection = []
         grid.value = pairs_frame(shown()).reset_index(drop=True)
         open_pair(0)

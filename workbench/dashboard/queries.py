@@ -286,6 +286,28 @@ def hop_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
     ), runs_dir)
 
 
+_QUESTION_COLUMNS = ["run_id", "dataset", "method", "question", "hops", "n", "em", "cem", "f1", "format_ok", "n_searches",
+                     "tokens", "answered"]
+
+
+def question_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
+    """Per run, dataset, method and question (its ``example_id``; a trajectory without one counts as its own
+    question): its hop count, how many samples were drawn (``n``) and each metric's mean over them; the run's
+    ``status``. What the intervals of :func:`method_metrics`' and :func:`hop_breakdown`'s figures are computed over
+    (``workbench.dashboard.intervals``): a question sampled three times counts once."""
+    return _with_status(_query(
+        runs_dir,
+        """
+        SELECT run_id, COALESCE(dataset, '?') AS dataset, method, COALESCE(example_id, id) AS question,
+               min(hops) AS hops, count(*) AS n, avg(em) AS em, avg(cem) AS cem, avg(f1) AS f1,
+               avg(format_ok) AS format_ok, avg(n_searches) AS n_searches, avg(n_policy_tokens) AS tokens,
+               avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered
+        FROM t GROUP BY ALL ORDER BY run_id DESC, dataset, method, question
+        """,
+        _QUESTION_COLUMNS,
+    ), runs_dir)
+
+
 _PROTOCOL_COLUMNS = ["protocol", "runs", "n", "em", "f1", "format_ok", "n_searches", "invalid", "answered", "finished_by_answer"]
 
 
@@ -307,7 +329,7 @@ def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
 TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "gold", "cem", "f1", "n_searches", "finish_reason"]
 
 
-def _cached_file(cache: dict, size: int, p: Path, read: Callable[[Path], dict]) -> dict:
+def _cached_file(cache: dict, size: int, p: Path, read: Callable[[Path], Any]) -> Any:
     """``read(p)``, kept in ``cache`` (at most ``size`` files, the oldest dropped) while ``p`` is unchanged;
     ``{}`` when ``p`` is missing."""
     try:
@@ -719,13 +741,16 @@ def comparison_table(*roots: str | os.PathLike) -> pd.DataFrame:
     intervals; ``attrs["errors"]`` names unreadable files (``{path: text}``)."""
     from workbench.eval.paired import find_comparisons
 
-    frames, errors = [], {}
+    frames, errors, seen = [], {}, set()
     for path, c in find_comparisons(*roots):
+        if path.resolve() in seen:  # one file under two of the roots (a root inside another) is one comparison
+            continue
+        seen.add(path.resolve())
         if isinstance(c, str):
             errors[str(path)] = c
             continue
         try:
-            rows = c.rows()
+            rows = _comparison_rows(path, c)
         except ValueError as e:  # sides that no longer pair (an edited file)
             errors[str(path)] = f"{path}: {e}"
             continue
@@ -737,6 +762,17 @@ def comparison_table(*roots: str | os.PathLike) -> pd.DataFrame:
     df["comparison"] = unique_labels(df["comparison"].tolist(), df["file"].tolist())
     df.attrs["errors"] = errors
     return df
+
+
+#: ``(path, mtime_ns, size) -> Comparison.rows()`` of the comparison files last read: their intervals are bootstraps,
+#: and every page the dashboard builds shows them.
+_COMPARISON_ROWS: dict[tuple[str, int, int], pd.DataFrame] = {}
+
+
+def _comparison_rows(path: Path, c: Any) -> pd.DataFrame:
+    """``c.rows()`` of the comparison read from ``path``, computed once while the file is unchanged."""
+    rows = _cached_file(_COMPARISON_ROWS, 256, path, lambda _: c.rows())
+    return rows.copy() if isinstance(rows, pd.DataFrame) else c.rows()  # {}: the file went away since it was read
 
 
 def unique_labels(labels: list[str], files: list[str]) -> list[str]:

@@ -30,6 +30,8 @@ from scipy import stats
 
 #: Columns of :func:`side_scores`: the value, hops, searches, answered and format-valid shares per question.
 SCORE_COLUMNS = ("v", "hops", "s", "ans", "fmt")
+#: Metrics whose intervals are Wilson's (a share of right answers; :func:`proportion_interval`), not the bootstrap's.
+PROPORTION_METRICS = ("cem", "em", "cem_strict", "correct")
 
 
 class CompareError(ValueError):
@@ -212,16 +214,29 @@ def hop_groups(hops: pd.Series) -> list[tuple[str, pd.Index]]:
     return [(str(int(h)), hops.index[hops == h]) for h in sorted(hops.dropna().unique())] + [("all", hops.index)]
 
 
+def paired_summary(va: np.ndarray, vb: np.ndarray, proportion: bool = True) -> dict[str, float]:
+    """Two sides' values on the same questions (in the same order): n, A's and B's means with 95% intervals (Wilson
+    for a proportion, else bootstrap) and the paired difference B − A with its bootstrap interval (the columns of
+    :func:`paired_rows` from ``n`` to ``diff_hi``).
+
+    >>> s = paired_summary(np.array([0.0, 0.0, 1.0, 0.0]), np.array([1.0, 0.0, 1.0, 1.0]))
+    >>> s["n"], s["a"], [round(s[k], 2) for k in ("a_lo", "a_hi")], s["diff"], (s["diff_lo"], s["diff_hi"])
+    (4, 0.25, [0.05, 0.7], 0.5, (0.0, 1.0))
+    """
+    va, vb = np.asarray(va, float), np.asarray(vb, float)
+    interval = proportion_interval if proportion else mean_interval
+    (la, ha), (lb, hb), (lo, hi) = interval(va), interval(vb), paired_interval(va, vb)
+    return {"n": len(va), "a": float(va.mean()), "a_lo": la, "a_hi": ha, "b": float(vb.mean()), "b_lo": lb, "b_hi": hb,
+            "diff": float(vb.mean() - va.mean()), "diff_lo": lo, "diff_hi": hi}
+
+
 def paired_rows(a: pd.DataFrame, b: pd.DataFrame, proportion: bool = True) -> pd.DataFrame:
     """Per hop count and overall: n, A's and B's means with 95% intervals (Wilson for a proportion, else bootstrap),
     the paired difference B − A with its bootstrap interval, searches, answered and format-valid shares."""
-    interval = proportion_interval if proportion else mean_interval
     rows = []
     for label, ix in hop_groups(a["hops"]):
         va, vb = a.loc[ix, "v"].to_numpy(float), b.loc[ix, "v"].to_numpy(float)
-        (la, ha), (lb, hb), (lo, hi) = interval(va), interval(vb), paired_interval(va, vb)
-        rows.append({"hops": label, "n": len(ix), "a": va.mean(), "a_lo": la, "a_hi": ha, "b": vb.mean(),
-                     "b_lo": lb, "b_hi": hb, "diff": vb.mean() - va.mean(), "diff_lo": lo, "diff_hi": hi,
+        rows.append({"hops": label, **paired_summary(va, vb, proportion),
                      "searches_a": a.loc[ix, "s"].mean(), "searches_b": b.loc[ix, "s"].mean(),
                      "answered_a": a.loc[ix, "ans"].mean(), "answered_b": b.loc[ix, "ans"].mean(),
                      "format_a": a.loc[ix, "fmt"].mean(), "format_b": b.loc[ix, "fmt"].mean()})
@@ -307,7 +322,7 @@ class Comparison:
 
     def rows(self) -> pd.DataFrame:
         a, b, _ = align(self.a.mean(), self.b.mean())
-        proportion = self.metric in ("cem", "em", "cem_strict", "correct")
+        proportion = self.metric in PROPORTION_METRICS
         return paired_rows(a, b, proportion=proportion)
 
     def seed_table(self) -> pd.DataFrame:
