@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import json
 import socket
 import struct
 import threading
@@ -300,9 +301,12 @@ def head_too_big(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 def _refuse_head(transport: Any, n: int) -> None:
     """Answer 431 to a request head still unfinished after ``n`` bytes, then close (the parser never saw it whole, so
-    no ASGI app can answer)."""
-    msg = f"the request head is over {MAX_HEAD_BYTES} bytes ({n} came without its end)".encode()
-    transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    no ASGI app can answer). The JSON body carries both shapes the servers' clients read: OpenAI's ``error`` object
+    and FastAPI's ``detail``."""
+    text = f"the request head is over {MAX_HEAD_BYTES} bytes ({n} came without its end)"
+    msg = json.dumps({"error": {"message": text, "type": "invalid_request_error", "code": 431},
+                      "detail": text}).encode()
+    transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
                     b"connection: close\r\ncontent-length: " + str(len(msg)).encode() + b"\r\n\r\n" + msg)
     transport.close()
 
