@@ -403,6 +403,8 @@ def test_the_served_dashboard_answers_its_own_pages_only(host, tmp_path):
         assert _websocket(host, port, "null").split()[1] == "403"
         assert _get(host, port, {"Origin": own}) == 200
         assert _get(host, port, {"Origin": f"http://localhost:{port}", "Host": f"localhost:{port}"}) == 200
+        for name in ("[::1]", "[0:0::1]", "127.0.0.1"):  # loopback names in any form on either bind (IPv6 was a 500)
+            assert _get(host, port, {"Host": f"{name}:{port}"}) == 200, name
         assert _websocket(host, port, own).split()[1] == "101"
         # Panel imports the module a component-resource URL names: one that is not loaded is a 404 (was a 500)
         for path in ("/components/..%2f..", "/components/..%2f..%2fetc%2fpasswd/x/y", "/components/antigravity/a/b"):

@@ -700,9 +700,9 @@ def serve_dashboard(
     # bokeh's origin allowlist cannot hold a bracketed IPv6 origin ("[::1]:port" is an "invalid host"): it is left
     # open, and `guard`, first in the server's routing, decides for every request on every bind
     kw = dict(port=port, address=host, websocket_origin=["*"], show=show, title="workbench dashboard", verbose=False,
-              http_server_kwargs=dict(HTTP_LIMITS))
-    if ipv6:  # panel's Location parses the Host header as "name:port", which "[::1]:port" breaks; the app uses no URL state
-        kw["location"] = False
+              http_server_kwargs=dict(HTTP_LIMITS), location=False)
+    # location=False: panel's Location parses the Host header as "name:port", which an allowed "[::1]:port" breaks
+    # (a 500 on every bind); the app keeps no state in the URL
     page = lambda: build_app(runs_dir, asker=asker, ask_paths=ask_paths)  # noqa: E731
     if threaded:  # as panel's own threaded serve, but the guard goes in before the loop accepts a connection
         from panel.io.threads import StoppableThread
