@@ -145,6 +145,9 @@ def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path)
     d = json.loads((dash / "metrics.json").read_text(encoding="utf-8"))
     assert d["n_runs"] == 1 and d["n_trajectories"] == 4
     assert (dash / "dashboard.html").exists()
+    # the notebook's bars and hop points carry the 95% intervals the served dashboard draws from the same questions
+    for figure in ("compare_methods.html", "hops.html"):
+        assert '"error_y"' in (dash / figure).read_text(encoding="utf-8"), figure
     # the static dashboard is written outside the kernel: no Panel outputs that load from a CDN (54 of them before)
     executed = (tmp_path / "05.ipynb").read_text(encoding="utf-8")
     assert "cdn.holoviz.org" not in executed
