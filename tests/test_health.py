@@ -303,8 +303,30 @@ def test_a_failed_train_call_lets_the_same_process_resume(tmp_path, tiny_model, 
     monkeypatch.setattr(tr, "collect", collect_then_stop)
     with pytest.raises(KeyboardInterrupt):
         tr.train()
+    # the run says it stopped, where and why, not "running" (this process lives on) nor "killed"
+    status = tr.run.status
+    assert (status.state, status.note) == ("failed", "failed at step 1: interrupted (Ctrl-C)")
     again = Trainer.resume(tr.run.path, wm.run_parts, progress=False, steps=3)  # `tr` is still alive here
-    assert again.step == 1
+    assert again.step == 1 and again.run.status.state == "running"
+
+
+def test_a_train_run_that_raises_is_marked_failed_with_its_error(tmp_path, tiny_model, monkeypatch):
+    """A step that fails (a full disk, a bad batch) leaves the run marked failed, naming the error, in status.json and
+    in the dashboard's runs table, where it was shown as still running until its process exited, then as killed."""
+    from workbench.dashboard.queries import run_states
+
+    tr = _scripted_trainer(tmp_path, tiny_model, steps=2, save_every=1)
+
+    def no_space(*a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tr, "collect", no_space)
+    with pytest.raises(OSError):
+        tr.train()
+    raw = json.loads((tr.run.path / "status.json").read_text())
+    assert raw["state"] == "failed" and raw["step"] == 0 and raw["error"] == "OSError: [Errno 28] No space left on device"
+    assert tr.run.status.note == "failed at step 0: OSError: [Errno 28] No space left on device"
+    assert not tr.run.complete and run_states(tr.run.path.parent)[tr.run.id] == "failed"
 
 
 def test_rollout_incentives_rescored_with_the_runs_own_rubric_is_the_run(tmp_path, tiny_model):

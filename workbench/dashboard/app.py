@@ -177,7 +177,7 @@ def _red_if(v: Any) -> str:
 
 def _amber_unless_complete(v: Any) -> str:
     """Amber for a run that did not finish: a ``status`` cell of the runs table ("incomplete (...)") or of a per-run
-    frame ("killed", "running", "incomplete")."""
+    frame ("killed", "failed", "running", "incomplete")."""
     return "color:#8a5a00;font-weight:bold" if isinstance(v, str) and v and not v.startswith("complete") else ""
 
 
@@ -200,8 +200,8 @@ def _runs_section(runs: pd.DataFrame):
     table.style.map(_amber_unless_complete, subset=["status"])
     note = f" · **{n_err} with errors** (see the `error` column)" if n_err else ""
     if n_incomplete:
-        note += (f" · **{n_incomplete} incomplete** (killed or still running: no completion marker; see the `status` "
-                 "column; never picked as the newest run)")
+        note += (f" · **{n_incomplete} incomplete** (killed, failed or still running: no completion marker; the `status` "
+                 "column says which and why; never picked as the newest run)")
     n_failed = int((runs["failed"].fillna(0) > 0).sum()) if "failed" in runs else 0
     if n_failed:
         note += f" · **{n_failed} with failed trajectories** (the `failed` column; the Trajectories tab names them)"

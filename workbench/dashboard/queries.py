@@ -62,7 +62,8 @@ def run_dirs(runs_dir: str | os.PathLike) -> list[Path]:
 
 
 def run_states(runs_dir: str | os.PathLike) -> dict[str, str]:
-    """Each run's state by run id (``workbench.storage.runs.RunStatus.state``): complete, running, killed or incomplete."""
+    """Each run's state by run id (``workbench.storage.runs.RunStatus.state``): complete, running, killed, failed or
+    incomplete."""
     return {d.name: run_status(d).state for d in run_dirs(runs_dir)}
 
 

@@ -648,7 +648,8 @@ class Trainer:
     def train(self, steps: int | None = None, on_step: Callable[[dict[str, Any]], None] | None = None) -> Run | None:
         """Run until ``steps`` (default ``config.steps``) training steps are done; checkpoint and summarize. The run's
         writer lock is held throughout and released on every way out, a failed or interrupted step included, so the
-        same process (a notebook after Ctrl-C) can resume the run.
+        same process (a notebook after Ctrl-C) can resume the run; such a run's ``status.json`` says ``failed``, with
+        the error and the step it stopped at.
 
         ``on_step(row)`` is called after each step's row (and any evaluation after it) is logged, and once more after
         the final evaluation: a live view redraws from the run's files there (notebook 04's curves)."""
@@ -656,6 +657,10 @@ class Trainer:
             self.run.take_writer_lock()  # a no-op when held since __init__; taken again by a second train() call
         try:
             return self._train(steps, on_step)
+        except BaseException as e:
+            if self.rank == 0:  # the views then say the run failed and why, not "killed" or "still running"
+                self.run.mark_failed(e, step=self.step)
+            raise
         finally:
             self._bar, self._postfix = None, {}
             if self.rank == 0:

@@ -6,7 +6,8 @@ file that the notebooks or the dashboard would read. A run is complete only when
 finished: ``status.json`` says ``{"state": "running", ...}`` from :meth:`Run.create` on and is
 replaced (atomically, last) by ``{"state": "complete", "kind", "finished"}`` by
 :meth:`Run.mark_complete` (as Inspect marks a log complete only when it is closed). A run killed
-half-way keeps ``running``; :attr:`Run.status` says so, and :func:`list_runs` puts complete runs
+half-way keeps ``running``; one whose writer raised says ``failed`` with the error and the step
+(:meth:`Run.mark_failed`); :attr:`Run.status` says so, and :func:`list_runs` puts complete runs
 first, so ``list_runs()[0]`` is the newest complete run. The ``running`` marker names its writer (pid, host
 and, on Linux, the process's start time), so a reader on the same host tells a run still being written
 (state ``running``) from one whose writer is gone (``killed``); a run written on another host stays
@@ -46,7 +47,7 @@ CONFIG, TRAJECTORIES, METRICS, EXAMPLES, STEP_METRICS, STATUS = (
     "metrics.jsonl",
     "status.json",
 )
-RUNNING, COMPLETE, KILLED, INCOMPLETE = "running", "complete", "killed", "incomplete"
+RUNNING, COMPLETE, KILLED, INCOMPLETE, FAILED = "running", "complete", "killed", "incomplete", "failed"
 #: Files a run from before ``status.json`` must hold to count as complete, by kind (other kinds: none).
 LEGACY_FILES = {"eval": (TRAJECTORIES, METRICS), "expert": (TRAJECTORIES, METRICS), "train": (METRICS,),
                 "sft": (METRICS,)}
@@ -179,6 +180,18 @@ class Run:
         kind = _read_json(self.path / CONFIG).get("kind") if (self.path / CONFIG).exists() else None
         return atomic_write_json(self.path / STATUS, {"state": COMPLETE, "kind": kind, "finished": _now(), **info})
 
+    def mark_failed(self, error: BaseException | str, **info: Any) -> Path:
+        """Say the run's writer stopped on ``error`` (an exception, or Ctrl-C): the run is unfinished, and the views say
+        why instead of "killed" or "still running". A resume marks it running again."""
+        if isinstance(error, KeyboardInterrupt):
+            why = "interrupted (Ctrl-C)"
+        elif isinstance(error, BaseException):
+            why = f"{type(error).__name__}: {error}"
+        else:
+            why = str(error)
+        return atomic_write_json(self.path / STATUS, {"state": FAILED, "error": why.splitlines()[0][:300] if why else "",
+                                                      "failed": _now(), **info})
+
     @property
     def status(self) -> RunStatus:
         return run_status(self.path)
@@ -285,6 +298,10 @@ def run_status(path: str | os.PathLike) -> RunStatus:
         return RunStatus(False, f"{STATUS} is not a JSON object")
     if status.get("state") == COMPLETE:
         return RunStatus(True)
+    if status.get("state") == FAILED:
+        step = status.get("step")
+        at = f" at step {step}" if isinstance(step, int) and not isinstance(step, bool) else ""
+        return RunStatus(False, f"failed{at}: {str(status.get('error') or 'no error recorded')[:300]}", FAILED)
     started = status.get("started")
     if not started:
         return RunStatus(False, f"{STATUS} says {str(status.get('state'))[:40]!r}")
