@@ -1,4 +1,4 @@
-"""How often the few-shot baselines copy an answer of their own prompt (issue 13): the ``demo_leak`` rate.
+"""How often the few-shot baselines copy an answer of their own prompt: the ``demo_leak`` rate.
 
 Runs the baselines that have few-shot demonstrations (default ``vanilla_rag,iter_retgen,ircot``) greedily with
 the default model on the first ``--limit`` questions of each real-data fixture (HotpotQA distractor, 2Wiki,

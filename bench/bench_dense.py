@@ -9,7 +9,7 @@ indexes get the same vectors through ``embeddings=`` and are queried one vector 
 top-k, and how often the top hit is the passage the query was made from.
 
 Part 2, encoder throughput: the default encoder (all-MiniLM-L6-v2) on ``--encode-n`` real-length
-passages (the wiki18 sample from ``shared/fixtures`` cycled, or synthetic 100-word text) and the
+passages (the wiki18 sample from ``data/samples`` cycled, or synthetic 100-word text) and the
 latency of encoding one short query.
 
     .venv/bin/python bench/bench_dense.py                       # 100k vectors, 2,000 passages encoded
@@ -88,12 +88,11 @@ class _NoEncoder:
 
 
 def bench_encoder(args: argparse.Namespace) -> dict:
-    from workbench.util.paths import shared_dir
+    from workbench.util.paths import samples_dir
 
     texts: list[str] = []
-    shared = shared_dir()
-    sample = shared / "fixtures" / "wiki18_corpus.flashrag.sample.jsonl" if shared else None
-    if sample is not None and sample.is_file():
+    sample = samples_dir() / "wiki18_corpus.flashrag.sample.jsonl"
+    if sample.is_file():
         from workbench.data.loaders import load_flashrag_corpus
 
         texts = [passage_text(p) for p in load_flashrag_corpus(sample)]

@@ -10,7 +10,7 @@ largest prefix-cache (kept key/value caches) it held and the largest prefill it 
 parameters are counted from the model.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_eval_memory.py \\
-        --methods search_r1,vanilla_rag --dataset ../shared/fixtures/hotpotqa_dev_distractor.sample.json --limit 20
+        --methods search_r1,vanilla_rag --dataset data/samples/hotpotqa_dev_distractor.sample.json --limit 20
 
 ``--cache-mib``, ``--batch-mib``, ``--prefill-mib`` (0: no chunks) and ``--no-trim`` set the HF backend's memory
 knobs, to compare them in one sitting; the first line gives wall and CPU seconds (CPU time is what to compare
@@ -90,7 +90,7 @@ class Sampler:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--methods", default="search_r1,vanilla_rag")
-    ap.add_argument("--dataset", default="../shared/fixtures/hotpotqa_dev_distractor.sample.json")
+    ap.add_argument("--dataset", default="data/samples/hotpotqa_dev_distractor.sample.json")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--model", default=None, help="model alias or path (default: the eval default)")
     ap.add_argument("--interval", type=float, default=0.02, help="seconds between RSS samples")

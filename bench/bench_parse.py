@@ -1,4 +1,4 @@
-"""Parsing hostile model output: seconds per ``parse`` for 100 KB and 1 MB inputs (issue 12).
+"""Parsing hostile model output: seconds per ``parse`` for 100 KB and 1 MB inputs.
 
 Every protocol's parser (and the NL-DAG parse -> validate -> execute -> render path) must be
 linear: 1 MB of any input parses in well under a second. Each case runs in a child process

@@ -164,7 +164,7 @@ def main() -> None:
         print(f"| {name:<36} | {c:>7} | {qps:>9.0f} | {p50:>6.2f} | {p99:>6.1f} |")
 
 
-# --------------------------------------------------------------------------- hostile probes (issue 32)
+# --------------------------------------------------------------------------- hostile probes
 
 
 def start_cli_server(port: int, extra: list[str]) -> subprocess.Popen:

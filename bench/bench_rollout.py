@@ -9,7 +9,7 @@ encoded with the policy's chat template, as the engine builds them at turn 0. Tw
 
 Each workload is generated three ways with the same prompts, sampling settings and token limit:
 ``sequential`` (8 calls of 1 prompt), ``batched`` (1 call of 8; with ``--concat-cache`` also ``concat``,
-the same call decoding into transformers' concatenating cache as before issue 15) and ``http`` (the same backend
+the same call decoding into transformers' concatenating cache, as it decoded before the preallocated buffers) and ``http`` (the same backend
 behind ``workbench.rollout.server``, reached through ``OpenAIBackend`` with 8 requests in
 flight, which the server batches). Tokens/s counts generated tokens; sampled lengths differ
 between the ways (different random draws; EOS ends a row early), so compare rates, not times.
@@ -86,7 +86,7 @@ def way_bound(backend: HFBackend, prompts: list[list[int]], way: str, steps: flo
 
 
 def _with_concat_cache(backend: HFBackend, fn):
-    """``fn()`` with transformers' concatenating DynamicCache (``preallocate=False``): the decode before issue 15."""
+    """``fn()`` with transformers' concatenating DynamicCache (``preallocate=False``): the decode before the preallocated buffers."""
     backend.preallocate = False
     try:
         return fn()

@@ -1,4 +1,4 @@
-"""Cost of the typed run files (issue 17) and of the dashboard's failure counts (issue 12).
+"""Cost of the typed run files and of the dashboard's failure counts.
 
 A features table of N rows (a scripted eval's rows repeated: every registered column, rewards beside them,
 a quarter of the rows failed) is written and read back two ways: the typed writer

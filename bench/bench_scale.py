@@ -1,4 +1,4 @@
-"""The views at the scale of real training runs (issue 17): synthetic runs, then interaction latency and memory.
+"""The views at the scale of real training runs: synthetic runs, then interaction latency and memory.
 
 A verl or long local run holds ~100k trajectories (200 steps × 512 rollouts). This script writes ``--runs``
 synthetic eval runs of ``--per-run`` trajectories each (default 100 × 10,000 = 1M) in the real run layout

@@ -1,4 +1,4 @@
-"""The deep multi-hop recipe (issue 31, item 1): the shipped recipe's stages with room for three and four hops,
+"""The deep multi-hop recipe: the shipped recipe's stages with room for three and four hops,
 run and judged in one command.
 
     .venv/bin/python bench/deep_recipe.py                    # every stage, then the tables

@@ -4,7 +4,7 @@ that is from the hop count, and what share searched exactly / at least as often 
     .venv/bin/python bench/search_depth.py 'runs/ablations/*/*/seed*/eval/*'      # eval runs (globs welcome)
     .venv/bin/python bench/search_depth.py RUN [RUN...] --method search_r1+lora --out depth.json
 
-The deep multi-hop goal (issue 31) reads off this table: cover-EM per hop level, and searches per question within
+The deep multi-hop goal reads off this table: cover-EM per hop level, and searches per question within
 ±0.3 of the hop count on each level (the ``gap`` column). Each run's ``trajectories.parquet`` must have the
 ``hops``, ``n_searches``, ``cem`` and ``finish_reason`` columns an eval run writes; a run without them is named
 and skipped. Where the run's ``examples.jsonl`` holds each question's KG path (the world's questions do), the

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from workbench.util.paths import shared_dir
+from workbench.util.paths import samples_dir
 
 # tests/test_fuzz.py: 200 examples per target in CI; `make fuzz` (WORKBENCH_FUZZ=full) runs 2,000
 settings.register_profile(
@@ -122,8 +122,6 @@ def world():
 
 
 @pytest.fixture(scope="session")
-def shared():
-    d = shared_dir()
-    if d is None:
-        pytest.skip("../shared (benchmark fixtures) is not present")
-    return d
+def samples():
+    """``data/samples``: the benchmark samples in their published layouts."""
+    return samples_dir()

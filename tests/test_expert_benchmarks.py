@@ -73,8 +73,8 @@ def test_expert_command_on_a_musique_file_writes_checked_traces(tmp_path, capsys
     assert json.loads((run / "config.json").read_text())["dataset"].endswith("musique_ans_dev.jsonl")
 
 
-def test_the_shared_samples_give_a_trace_per_annotated_question(shared, tmp_path, capsys):
-    fx = shared / "fixtures"
+def test_the_benchmark_samples_give_a_trace_per_annotated_question(samples, tmp_path, capsys):
+    fx = samples
     for name, want in (("musique_ans_dev.sample.jsonl", "20 of 20"), ("2wikimultihopqa_dev.sample.jsonl", "20 of 20"),
                        ("hotpotqa_dev_distractor.sample.json", "0 of 20")):  # HotpotQA has no per-hop annotation
         assert main(["expert", "--method", "search_r1", "--dataset", str(fx / name), "--no-progress", "--out",

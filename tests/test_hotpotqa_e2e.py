@@ -1,4 +1,4 @@
-"""The search agent end to end on real HotpotQA questions (the shared sample), with the real default
+"""The search agent end to end on real HotpotQA questions (the sample in data/samples), with the real default
 model and a BM25 corpus built from the questions' own context paragraphs."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are sh
 
 
 @pytest.fixture(scope="module")
-def hotpot(shared):
-    path = shared / "fixtures" / SAMPLE
+def hotpot(samples):
+    path = samples / SAMPLE
     if not path.exists():
         pytest.skip(f"{path} is not present")
     return path

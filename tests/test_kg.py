@@ -32,7 +32,7 @@ from workbench.tools.kg.strings import (
     _seg_hash,
     _str_hash,
 )
-from workbench.util.paths import shared_dir
+from workbench.util.paths import samples_dir
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -77,10 +77,7 @@ def kg(tmp_path_factory):
 
 
 def fixtures_dir():
-    root = shared_dir()
-    if root is None or not (root / "fixtures").is_dir():
-        pytest.skip("shared fixtures absent")
-    return root / "fixtures"
+    return samples_dir()
 
 
 # ----------------------------------------------------------------------------- hashing and normalization
@@ -227,7 +224,7 @@ def test_fb15k237_loader_relation_names(tmp_path):
     assert named.relation_names == ["people person place of birth"]
 
 
-def test_shared_codex_fixture():
+def test_codex_sample():
     d = fixtures_dir() / "codex_s"
     kg = KnowledgeGraph.from_codex(d / "test.txt", d / "relations_en.json")
     n_lines = sum(1 for line in open(d / "test.txt") if line.strip())
@@ -239,7 +236,7 @@ def test_shared_codex_fixture():
     assert kg.search([first[2]]).triples  # entities are found by id
 
 
-def test_shared_fb15k237_fixture():
+def test_fb15k237_sample():
     d = fixtures_dir() / "fb15k237"
     kg = KnowledgeGraph.from_fb15k237(d / "triples.tsv", d / "entity2text.txt", d / "relation2text.txt")
     assert kg.num_triples == 3000 and kg.stats["malformed_lines"] == 0
@@ -568,11 +565,9 @@ def test_load_kg_refuses_a_types_file_as_names(tmp_path):
 def test_load_kg_fb15k237_folder_and_wikidata5m_files(tmp_path):
     from workbench.tools.kg.files import load_kg
 
-    fx = shared_dir() / "fixtures" / "fb15k237" if shared_dir() else None
-    if fx is not None and fx.is_dir():  # the shared sample, when present
-        kg = load_kg([fx])  # a folder: roles from the files' content
-        assert kg.stats["labels"] is True and kg.num_triples == 3000
-        assert set(kg.stats["files_by_role"]) == {"triples", "entities", "relations"}
+    kg = load_kg([samples_dir() / "fb15k237"])  # a folder: roles from the files' content
+    assert kg.stats["labels"] is True and kg.num_triples == 3000
+    assert set(kg.stats["files_by_role"]) == {"triples", "entities", "relations"}
     (tmp_path / "wikidata5m_entity.txt").write_text("Q937\tAlbert Einstein\tEinstein\nQ3012\tUlm\n")
     (tmp_path / "wikidata5m_relation.txt").write_text("P19\tplace of birth\tbirthplace\n")
     (tmp_path / "wikidata5m_transductive_train.txt").write_text("Q937\tP19\tQ3012\n")

@@ -1,4 +1,4 @@
-"""Loaders for real benchmark files: the shared samples, crafted files in both HotpotQA layouts, bad input."""
+"""Loaders for real benchmark files: the samples in data/samples, crafted files in both HotpotQA layouts, bad input."""
 
 from __future__ import annotations
 
@@ -26,14 +26,11 @@ from workbench.data.loaders import (
     load_musique,
     parse_flashrag_contents,
 )
-from workbench.util.paths import shared_dir
+from workbench.util.paths import samples_dir
 
 
 def _fixtures() -> Path:
-    shared = shared_dir()
-    if shared is None or not (shared / "fixtures").is_dir():
-        pytest.skip("shared/fixtures not present (a user's clone has no shared/)")
-    return shared / "fixtures"
+    return samples_dir()
 
 
 def _jsonl(path: Path, records: list) -> Path:
@@ -41,7 +38,7 @@ def _jsonl(path: Path, records: list) -> Path:
     return path
 
 
-# ----------------------------------------------------------------------------- shared samples
+# ----------------------------------------------------------------------------- benchmark samples
 
 
 def test_hotpotqa_sample():

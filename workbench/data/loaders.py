@@ -196,14 +196,13 @@ _LOADERS: dict[str, Callable[..., list[Example]]] = {
 
 def data_dirs(data_dir: PathLike | None = None) -> list[Path]:
     """Where :func:`load_dataset` looks for a dataset given by name, in order: ``data_dir``,
-    ``$WORKBENCH_DATA``, ``<cache>/datasets``, then the shared real-format samples (``fixtures``)."""
-    from workbench.util.paths import cache_dir, shared_dir
+    ``$WORKBENCH_DATA``, ``<cache>/datasets``, then the benchmark samples in ``data/samples``."""
+    from workbench.util.paths import cache_dir, samples_dir
 
     dirs = [Path(d) for d in (data_dir, os.environ.get("WORKBENCH_DATA")) if d]
     dirs.append(cache_dir() / "datasets")
-    shared = shared_dir()
-    if shared is not None:
-        dirs.append(shared / "fixtures")
+    if samples_dir().is_dir():
+        dirs.append(samples_dir())
     return dirs
 
 
@@ -296,7 +295,9 @@ def _load_dataset(
         if canon == "flashrag":
             raise ValueError("'flashrag' is a file format, not a dataset: pass path=... (or the file path itself)")
         found = find_dataset_file(canon, split, data_dir)
-        if found.parent.name == "fixtures":
+        from workbench.util.paths import samples_dir
+
+        if found.parent == samples_dir():
             warnings.warn(f"load_dataset({canon!r}): no full copy found; using the small sample {found}", stacklevel=2)
         return _LOADERS[canon](found, split=split, limit=limit)
     p = Path(name_or_path)

@@ -59,7 +59,8 @@ class Method:
     needs: FeatureNeeds | None = None
     """Expensive features beyond the reward preset's own declaration (None: the preset's)."""
     source: str = ""
-    """Where the paper is (``shared/seeds/...`` or an arXiv id)."""
+    """Where the paper is: its arXiv id (with authors and title where the citation alone is ambiguous), or its title
+    and venue when it has none."""
     notes: Mapping[str, str] = field(default_factory=dict)
     """Where each declared value comes from: field name -> "Sec. 4.1", "Table 3", "Eq. 11"..."""
     baseline: bool = False

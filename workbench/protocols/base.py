@@ -406,7 +406,7 @@ class Protocol:
     Args:
         top_k: passages per search.
         few_shot: include the protocol's demonstration(s) in the prompt. The default model
-            (SmolLM2-135M) almost never searches without one (see shared/ENVIRONMENT.md).
+            (SmolLM2-135M) almost never searches without one.
         observation_mode: ``inline`` appends observations inside the assistant's text
             (Search-R1 style); ``chat`` closes the assistant turn and delivers the observation
             as a user turn. Either way every observation token has loss mask 0.

@@ -1,7 +1,7 @@
 """``LossConfig``: one dataclass of optimizer switches, and the named presets.
 
 Every field is a switch of the one loss implementation in :mod:`workbench.rl.losses`
-(see the "Optimizer family" section of ``shared/SEEDS.md``); the presets ``grpo``, ``dapo``,
+(the optimizers of the papers the methods cite; ``workbench methods NAME`` names each paper); the presets ``grpo``, ``dapo``,
 ``gspo``, ``dspo`` and ``dr_grpo`` are instances of it. Users mix switches freely; a mix that
 cannot work fails in ``__post_init__`` with a message naming the field and the fix.
 

@@ -27,8 +27,6 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]  # workbench/util/paths.py
 
 
-def shared_dir() -> Path | None:
-    """``../shared`` beside the checkout (benchmark fixtures), or ``$WORKBENCH_SHARED``."""
-    env = os.environ.get("WORKBENCH_SHARED")
-    p = Path(env) if env else repo_root().parent / "shared"
-    return p if p.is_dir() else None
+def samples_dir() -> Path:
+    """``data/samples`` in the checkout: small samples of public benchmark files in their published layouts."""
+    return repo_root() / "data" / "samples"

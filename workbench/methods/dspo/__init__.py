@@ -1,4 +1,4 @@
-"""DSPO (shared/seeds/002): dynamic-filter sequence-level policy optimization for agentic search.
+"""DSPO (Gu et al., 2025; arXiv:2510.09255): dynamic-filter sequence-level policy optimization for agentic search.
 
 Protocol: Search-R1's (``<search>`` / ``<information>`` / ``<answer>``; the ``tool_call``
 variant is ``protocol_kwargs={"variant": "tool_call"}``), BM25 retrieval. Reward: binary
@@ -14,8 +14,8 @@ from workbench.methods.search_r1.protocol import SearchR1
 METHOD = Method(
     name="dspo",
     title="DSPO: Stable and Efficient Policy Optimization for Agentic Search and Reasoning",
-    citation="anonymous submission, 2025",
-    source="shared/seeds/002_a329cf1e0cc81e5f.txt",
+    citation="Gu et al., 2025",
+    source="arXiv:2510.09255",
     protocol=SearchR1,
     reward=reward.PRESET,
     expert=search_r1_expert.WRITER,

@@ -1,4 +1,4 @@
-"""DynaSearcher (Hao et al., 2025; shared/seeds/000): KG-augmented search with a multi-reward GRPO.
+"""DynaSearcher (Hao et al., 2025; arXiv:2507.17365): KG-augmented search with a multi-reward GRPO.
 
 Protocol: ``<think>`` / ``<search>`` JSON requests (``query`` for documents, ``entity`` /
 ``relation`` for the knowledge graph) / ``<result>`` / ``<answer>`` with ``\\boxed{}``.
@@ -14,7 +14,7 @@ METHOD = Method(
     name="dynasearcher",
     title="DynaSearcher: Dynamic Knowledge Graph Augmented Search Agent via Multi-Reward Reinforcement Learning",
     citation="Hao et al., 2025",
-    source="shared/seeds/000_cc03e91be46cc465.txt",
+    source="arXiv:2507.17365",
     protocol=DynaSearcher,
     reward=reward.PRESET,  # α = 0.5, γ = 0.9, β = −0.2, n = 3 are the preset's defaults
     expert=expert.WRITER,

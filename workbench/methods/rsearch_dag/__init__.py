@@ -1,4 +1,4 @@
-"""R-Search, multi-source NL-DAG (Shi & Shen, 2025; shared/seeds/003): plans over several sources, GRPO with LoRA.
+"""R-Search, multi-source NL-DAG (Shi & Shen, 2025; arXiv:2506.08352): plans over several sources, GRPO with LoRA.
 
 Protocol: ``<think>`` / ``<search>`` NL-DAG plan / ``<result>`` / ``<answer>``; the ``plan``
 tool executes the DAG over the multi-source registry. Reward: ``0.25·F_fmt + 0.25·F_dag +
@@ -15,7 +15,7 @@ METHOD = Method(
     name="rsearch_dag",
     title="Reinforcement Fine-Tuning for Reasoning towards Multi-Step Multi-Source Search in Large Language Models",
     citation="Shi & Shen, 2025",
-    source="shared/seeds/003_f1ef716c5f217570.txt",
+    source="arXiv:2506.08352",
     protocol=RSearchDAG,
     reward=reward.PRESET,
     expert=expert.WRITER,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from workbench.rollout.backends.base import Backend
 
 
-MAX_TURNS = 4  # the project's spec (shared/SEEDS.md); the paper prints no turn limit
+MAX_TURNS = 4  # the paper prints no turn limit; four, as the other methods here
 TOP_K_TRAIN = 3  # passages per search in training (paper §4.3, "following Search-R1")
 TOP_K_EVAL = 5  # ... and in evaluation (paper §4.3)
 

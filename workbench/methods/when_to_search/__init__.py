@@ -1,4 +1,4 @@
-"""Learning When to Search (shared/seeds/004): a two-stage reward for efficient agentic RAG, trained with DAPO.
+"""Learning When to Search (anonymous ACL submission, 2025): a two-stage reward for efficient agentic RAG, trained with DAPO.
 
 Protocol: ``<think>`` / ``<search>`` / ``<information>`` / ``<reflect>`` / ``<answer>``.
 Reward: ``r_a + r_s + r_f`` (Eq. 12), β = 0.3; stage 1 (Eq. 10) rewards searching, stage 2
@@ -15,7 +15,7 @@ METHOD = Method(
     name="when_to_search",
     title="Learning When to Search: Multi-Stage Reward Design for Efficient Agentic RAG with Reasoning Language Models",
     citation="anonymous ACL submission, 2025",
-    source="shared/seeds/004_0281a915f1e9bd82.txt",
+    source="anonymous ACL submission, 2025 (no arXiv id)",
     protocol=WhenToSearch,
     reward=reward.PRESET,
     expert=expert.WRITER,
