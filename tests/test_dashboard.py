@@ -174,6 +174,40 @@ def test_counts_hops_and_protocols(runs_root):
     assert protos.loc["search_r1", "finished_by_answer"] == 1.0
 
 
+def test_per_protocol_rows_are_methods_over_complete_eval_runs(tmp_path, tokenizer):
+    """"Per protocol (all runs)" pooled the untrained agent, the adapter's and training rollouts into one search_r1
+    bar. Now the untrained and the adapter's agent are rows of their own, and training, ask and unfinished runs
+    are left out and counted."""
+    import dataclasses
+
+    right = ["<search> Tarnholm Mills </search>", "<answer> Ada Quist </answer>"]
+    wrong = ["<answer> nobody </answer>"]
+    tools = Toolbox({"search": _search})
+
+    def results(script, method):
+        r = evaluate("search_r1", EX_A, ScriptedBackend(tokenizer, script), tools, RolloutConfig(max_turns=3),
+                     progress=False)
+        for t in r.trajectories:
+            t.meta["method"] = method
+        return dataclasses.replace(r, method=method)
+
+    e = Run.create(tmp_path, kind="eval", run_id="20261201-100000-eval-e", config={"model": "m"})
+    write_eval_run(e, [results(wrong, "search_r1"), results(right, "search_r1+lora")], EX_A)
+    for kind in ("train", "ask"):  # sampled training batches and one question: every answer right
+        r = Run.create(tmp_path, kind=kind, run_id=f"20261201-11000{len(kind)}-{kind}-x", config={"model": "m"})
+        write_eval_run(r, [results(right, "search_r1")], EX_A)
+    killed = Run.create(tmp_path, kind="eval", run_id="20261201-120000-eval-k", config={"model": "m"})
+    killed.write_trajectories(results(right, "search_r1").trajectories)  # never marked complete
+    protos = q.protocol_breakdown(tmp_path)
+    assert list(zip(protos["protocol"], protos["method"])) == [("search_r1", "search_r1"), ("search_r1", "search_r1+lora")]
+    rows = protos.set_index("method")
+    assert rows.loc["search_r1", "em"] == 0.0 and rows.loc["search_r1+lora", "em"] == 0.5  # a2's gold is Ostrevia
+    assert rows["runs"].tolist() == [1, 1] and rows["n"].tolist() == [2, 2]
+    assert protos.attrs["left_out"] == 3
+    title = dash.protocol_figure(protos).layout.title.text
+    assert "complete eval runs" in title and "3 training, ask or unfinished run(s) left out" in title
+
+
 def test_run_trajectories_and_one_transcript(runs_root):
     df = q.run_trajectories(runs_root, RUN_A)
     assert list(df.columns) == q.TRAJECTORY_COLUMNS and len(df) == 4

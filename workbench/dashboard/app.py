@@ -343,7 +343,7 @@ def _breakdown_section(runs_dir: Path):
     else:
         metrics = [m for m in ("f1", "em", "cem", "n_searches") if hops[m].notna().any()]
         parts += [_plot(hops_figure(hops, metrics, questions=q.question_metrics(runs_dir))), _table(hops, means=True)]
-    parts.append(pn.pane.Markdown("### Per protocol"))
+    parts.append(pn.pane.Markdown("### Per protocol and method"))
     if protocols.empty:
         parts.append(pn.pane.Alert("No trajectories.", alert_type="info"))
     else:

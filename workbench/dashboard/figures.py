@@ -198,14 +198,21 @@ def hops_figure(hops: pd.DataFrame, metrics: list[str], questions: pd.DataFrame 
 
 
 def protocol_figure(protocols: pd.DataFrame):
-    """Grouped bars per protocol: EM, F1, format OK, answered, ended by an answer."""
+    """Grouped bars per protocol and method (:func:`workbench.dashboard.queries.protocol_breakdown`): EM, F1, format
+    OK, answered, ended by an answer; the title says what was pooled and how many runs were left out."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    if "method" in protocols:
+        x = [escape_label(m if m == p else f"{m} ({p})") for p, m in zip(protocols["protocol"], protocols["method"])]
+    else:
+        x = list(protocols["protocol"].map(escape_label))
     for col in ("em", "f1", "format_ok", "answered", "finished_by_answer"):
-        fig.add_bar(name=col, x=protocols["protocol"].map(escape_label), y=protocols[col])
-    fig.update_layout(barmode="group", title="Per protocol (all runs)", height=340, yaxis_range=[0, 1.05],
-                      margin=dict(l=40, r=20, t=50, b=40))
+        fig.add_bar(name=col, x=x, y=protocols[col])
+    left_out = protocols.attrs.get("left_out", 0)
+    more = f"; {left_out} training, ask or unfinished run(s) left out" if left_out else ""
+    fig.update_layout(barmode="group", title=f"Per protocol and method (complete eval runs, each trajectory once{more})",
+                      height=340, yaxis_range=[0, 1.05], margin=dict(l=40, r=20, t=50, b=40), xaxis_type="category")
     return fig
 
 

@@ -309,22 +309,47 @@ def question_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:
     ), runs_dir)
 
 
-_PROTOCOL_COLUMNS = ["protocol", "runs", "n", "em", "f1", "format_ok", "n_searches", "invalid", "answered", "finished_by_answer"]
+_PROTOCOL_COLUMNS = ["protocol", "method", "runs", "n", "em", "f1", "format_ok", "n_searches", "invalid", "answered",
+                     "finished_by_answer"]
+_PROTOCOL_SUMS = ["em", "f1", "format_ok", "n_searches", "invalid", "answered", "finished_by_answer"]
 
 
 def protocol_breakdown(runs_dir: str | os.PathLike) -> pd.DataFrame:
-    """Per protocol over all runs: runs, n, answer metrics, searches, invalid actions, how rollouts ended."""
-    return _query(
+    """Per protocol and method, pooled over the complete evaluation runs (each trajectory counts once, so a big run
+    weighs more than a small one): runs, n, answer metrics, searches, invalid actions, how rollouts ended. The
+    untrained agent and the one with an adapter are separate rows (their methods differ: ``search_r1`` and
+    ``search_r1+lora``); a training run's sampled batches, an ``ask`` run and an unfinished run are left out,
+    and ``attrs["left_out"]`` counts them."""
+    per_run = _query(
         runs_dir,
         """
-        SELECT protocol, count(DISTINCT run_id) AS runs, count(*) AS n, avg(em) AS em, avg(f1) AS f1,
-               avg(format_ok) AS format_ok, avg(n_searches) AS n_searches, avg(n_invalid) AS invalid,
-               avg(CAST(answer IS NOT NULL AS DOUBLE)) AS answered,
-               avg(CAST(finish_reason = 'answer' AS DOUBLE)) AS finished_by_answer
-        FROM t GROUP BY protocol ORDER BY protocol
+        SELECT run_id, protocol, method, count(*) AS n, count(em) AS n_em, sum(em) AS em, count(f1) AS n_f1,
+               sum(f1) AS f1, count(format_ok) AS n_format_ok, sum(format_ok) AS format_ok,
+               count(n_searches) AS n_n_searches, sum(n_searches) AS n_searches, count(n_invalid) AS n_invalid,
+               sum(n_invalid) AS invalid, count(*) AS n_answered, sum(CAST(answer IS NOT NULL AS DOUBLE)) AS answered,
+               count(finish_reason) AS n_finished_by_answer,
+               sum(CAST(finish_reason = 'answer' AS DOUBLE)) AS finished_by_answer
+        FROM t GROUP BY ALL
         """,
-        _PROTOCOL_COLUMNS,
+        ["run_id", "protocol", "method", "n"],
     )
+    errors = per_run.attrs.get("errors", {})
+    if per_run.empty:
+        out = pd.DataFrame(columns=_PROTOCOL_COLUMNS)
+        out.attrs.update(errors=errors, left_out=0)
+        return out
+    per_run = _with_status(per_run, runs_dir)
+    keep = (per_run["status"] == "complete") & per_run["kind"].isin(["eval", ""])
+    left_out = int(per_run.loc[~keep, "run_id"].nunique())
+    kept = per_run[keep]
+    sums = kept.groupby(["protocol", "method"], as_index=False).agg(
+        runs=("run_id", "nunique"), n=("n", "sum"), **{c: (c, "sum") for c in _PROTOCOL_SUMS},
+        **{f"n_{c}": (f"n_{c}", "sum") for c in _PROTOCOL_SUMS})
+    for c in _PROTOCOL_SUMS:  # a mean over the trajectories that have the value
+        sums[c] = sums[c] / sums[f"n_{c}"].where(sums[f"n_{c}"] > 0)
+    out = sums[_PROTOCOL_COLUMNS].sort_values(["protocol", "method"]).reset_index(drop=True)
+    out.attrs.update(errors=errors, left_out=left_out)
+    return out
 
 
 TRAJECTORY_COLUMNS = ["row", "id", "method", "question", "answer", "gold", "cem", "f1", "n_searches", "finish_reason"]
