@@ -286,3 +286,48 @@ def test_a_failed_sft_start_leaves_no_running_folder(capsys, tmp_path, monkeypat
     line = _refused(capsys, argv)
     assert ("not-a-run" if case == "traces" else "missing.jsonl") in line, line
     assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
+
+
+def _peak_mib_of(code: str) -> tuple[int, str]:
+    """Run ``code`` in a fresh interpreter; its peak resident memory (MiB) and its stderr's last line."""
+    import subprocess
+    import sys
+
+    # VmHWM, the process's own peak (ru_maxrss can carry the parent's over a vfork-and-exec)
+    prog = code + ("\nimport sys\nhwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))"
+                   "\nprint(int(hwm.split()[1]) // 1024, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=300)
+    lines = p.stderr.strip().splitlines()
+    return int(lines[-1]), "\n".join(lines[:-1])
+
+
+@pytest.mark.parametrize("what", ["dataset", "corpus"])
+def test_a_2_gb_sparse_file_is_refused_without_being_read(tmp_path, what):
+    """A 2 GB file of zeros (a sparse file: no disk used) as a dataset or a corpus took 6.6 GB of memory before "not
+    valid JSON": its one "line" was read whole, twice. Now its first character refuses it."""
+    f = tmp_path / "big.jsonl"
+    with open(f, "wb") as out:
+        out.truncate(2 << 30)
+    call = (f"from workbench.data.loaders import load_dataset; load_dataset({str(f)!r}, format='qa')" if what == "dataset"
+            else f"from workbench.data.corpora import load_corpus; load_corpus({str(f)!r})")
+    peak, err = _peak_mib_of(f"try:\n    {call}\nexcept ValueError as e:\n    import sys; print(e, file=sys.stderr)")
+    assert f"{f}: not valid JSON or JSON lines: it starts with '\\x00'" in err, err
+    assert peak < 1024, peak
+
+
+def test_a_line_longer_than_a_record_is_refused_as_it_is_reached(tmp_path, monkeypatch):
+    from workbench.data import records
+    from workbench.data.corpora import iter_flashrag_corpus
+    from workbench.data.records import iter_records
+
+    monkeypatch.setattr(records, "MAX_LINE_CHARS", 1000)
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "q", "answers": ["a"]}\n{"question": "' + "x" * 2000 + '"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"q.jsonl:2: a line longer than 1,000 characters"):
+        list(iter_records(f))
+    c = tmp_path / "c.jsonl"
+    c.write_text('{"id": "1", "contents": "\\"T\\"\\nt"}\n{"id": "2", "contents": "' + "x" * 2000 + '"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"c.jsonl:2: a line longer than 1,000 characters"):
+        list(iter_flashrag_corpus(c))
+    monkeypatch.setattr(records, "MAX_LINE_CHARS", 10_000)
+    assert len(list(iter_records(f))) == 2  # the same file under a cap it fits

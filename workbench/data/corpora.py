@@ -16,6 +16,7 @@ from workbench.data.records import (
     _check_file,
     _join_sentences,
     _unique,
+    bounded_lines,
     detect_layout,
     iter_records,
 )
@@ -60,7 +61,7 @@ def iter_flashrag_corpus(
     """
     path = _check_file(path, "corpus")
     with path.open(encoding="utf-8-sig") as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, line in bounded_lines(f, path):
             if not line.strip():
                 continue
             try:

@@ -47,11 +47,34 @@ def _check_file(path: PathLike, what: str) -> Path:
     return path
 
 
+#: The longest line a JSON-lines dataset or corpus may have (a question or passage record is kilobytes): a longer one,
+#: or a file of one line of zeros (a sparse file), is refused as it is read instead of being held whole in memory.
+MAX_LINE_CHARS = 64 << 20
+
+
+def bounded_lines(f: Any, where: PathLike, max_chars: int | None = None) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of the open text file ``f``, each read with at most ``max_chars`` characters held
+    (default :data:`MAX_LINE_CHARS`): a longer line is a ``ValueError`` naming ``where`` and the line."""
+    max_chars = MAX_LINE_CHARS if max_chars is None else max_chars
+    lineno = 0
+    while True:
+        line = f.readline(max_chars + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > max_chars:
+            raise ValueError(f"{where}:{lineno}: a line longer than {max_chars:,} characters; a question or passage "
+                             "record is a few KB, so this is not a JSON-lines record: check the file")
+        yield lineno, line
+
+
 def iter_records(path: PathLike, what: str = "dataset") -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``(where, record)`` from a JSON list or a JSON-lines file, in file order.
 
     ``where`` names the file and the line (JSONL) or record number (JSON list), for error
-    messages. A file whose first line is not a JSON object is read as one JSON document.
+    messages. A file whose first line is not a JSON object is read as one JSON document; one that starts with
+    neither ``[`` nor ``{`` is refused before it is read (a binary or sparse file is never held in memory), and a
+    JSON-lines line longer than :data:`MAX_LINE_CHARS` is refused as it is reached.
     """
     path = _check_file(path, what)
     if path.suffix.lower() == ".parquet":
@@ -65,11 +88,14 @@ def iter_records(path: PathLike, what: str = "dataset") -> Iterator[tuple[str, d
                 if not ch:
                     return  # empty file: no records
                 head = ch.strip()
+            if head not in "[{":
+                raise ValueError(f"{path}: not valid JSON or JSON lines: it starts with {head!r}, where a JSON list "
+                                 "of records starts with '[' and a JSON-lines file with '{'")
             f.seek(0)
-            first_line = f.readline()
-            if head == "{" and _is_json_object(first_line):
+            first_line = f.readline(MAX_LINE_CHARS + 1) if head == "{" else ""
+            if head == "{" and len(first_line) <= MAX_LINE_CHARS and _is_json_object(first_line):
                 f.seek(0)
-                for lineno, line in enumerate(f, 1):
+                for lineno, line in bounded_lines(f, path):
                     if not line.strip():
                         continue
                     rec = parse_json(line, f"{path}:{lineno}")
@@ -77,6 +103,7 @@ def iter_records(path: PathLike, what: str = "dataset") -> Iterator[tuple[str, d
                         raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
                     yield f"{path}:{lineno}", rec
                 return
+            del first_line
             f.seek(0)
             doc = parse_json(f.read(), path, "not valid JSON or JSON lines")
     except UnicodeDecodeError as e:
