@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 
 @dataclass
@@ -111,8 +112,15 @@ def as_example(obj: Any, id: str = "", question: str = "") -> Example:
     return Example(id=id, question=question, answers=as_answers(obj))
 
 
+def _is_array(v: Any) -> bool:
+    """Whether ``v`` is a numpy array (a Parquet or pandas row's list); numpy is not imported for it: without numpy
+    loaded no value is one, and the command line's parsers read this module."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(v, np.ndarray)
+
+
 def _plain(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
+    if _is_array(v):
         return [_plain(x) for x in v.tolist()]
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
@@ -124,7 +132,7 @@ def _int_or_none(v: Any) -> int | None:
         f = float(v)
     except (TypeError, ValueError):
         return None
-    return None if np.isnan(f) else int(f)
+    return None if math.isnan(f) else int(f)
 
 
 def as_answers(a: Any) -> list[str]:
@@ -133,7 +141,7 @@ def as_answers(a: Any) -> list[str]:
         return []
     if isinstance(a, str):
         return [a]
-    if isinstance(a, np.ndarray):
+    if _is_array(a):
         a = a.tolist()
     if isinstance(a, (list, tuple)):
         return [str(x) for x in a if x is not None]
