@@ -195,7 +195,7 @@ def test_a_caller_that_keeps_its_own_budget_is_named_in_the_note():
     --override-adapter the user never passed; a user's own flag is still named as the flag."""
     from workbench.eval.config import with_adapter_settings
 
-    given = {"adapter": "data/adapters/search_r1-sft-grpo", "max_turns": 3, "max_new_tokens": 80,
+    given = {"adapter": str(TRAINED_ADAPTER), "max_turns": 3, "max_new_tokens": 80,
              "override_adapter": "the demo's turn budget"}
     options, note = with_adapter_settings("search_r1,search_r1+lora", given)
     assert options["override_adapter"] is True

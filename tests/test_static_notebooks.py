@@ -185,3 +185,37 @@ def test_kernels_shut_down_without_an_interrupt(tmp_path):
                             kernel_manager_class=recording(base, name))
     assert signal.SIGINT in sent.get("jupyter", [])
     assert signal.SIGINT not in sent.get("quiet", [])
+
+
+def test_notebooks_run_side_by_side_leave_the_working_directory_alone(tmp_path, monkeypatch):
+    """papermill's cwd= changed this process's working directory for the whole run: two notebooks run in threads (the
+    demo's) raced, and a relative path elsewhere in the process resolved against notebooks/ meanwhile, or after. Each
+    kernel still starts in its own folder."""
+    import os
+    import threading
+    import time
+
+    import nbformat
+
+    from workbench.apps import notebooks
+
+    monkeypatch.setattr(notebooks, "notebooks_dir", lambda: tmp_path)
+    cell = "import os, time, pathlib\npathlib.Path(out_dir, 'cwd.txt').write_text(os.getcwd())\ntime.sleep(1)"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("out_dir = ''", metadata={"tags": ["parameters"]}),
+                                         nbformat.v4.new_code_cell(cell)],
+                                  metadata={"kernelspec": {"name": "workbench", "language": "python", "display_name": "w"},
+                                            "language_info": {"name": "python"}})
+    nbformat.write(nb, tmp_path / "t.ipynb")
+    dirs = {k: tmp_path / k for k in "ab"}
+    for d in dirs.values():
+        d.mkdir()
+    here, seen = os.getcwd(), set()
+    threads = [threading.Thread(target=notebooks.execute_notebook, args=("t", d / "out.ipynb", {"out_dir": str(d)}),
+                                kwargs={"cwd": d, "static": False}) for d in dirs.values()]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        seen.add(os.getcwd())
+        time.sleep(0.02)
+    assert seen == {here} and os.getcwd() == here
+    assert {k: (d / "cwd.txt").read_text() for k, d in dirs.items()} == {k: str(d) for k, d in dirs.items()}

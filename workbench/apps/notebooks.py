@@ -281,7 +281,11 @@ def execute_notebook(
             kernel_name=kernel_name(kernel),
             execution_timeout=cell_timeout,
             progress_bar=progress,
-            cwd=str(cwd) if cwd else str(notebooks_dir()),
+            # the kernel starts in the folder (nbclient's resources path), and this process's working directory is left
+            # alone: papermill's own cwd= changes it for the whole call, which races when notebooks run in threads
+            # (the demo's) and could leave it changed after both return
+            cwd=None,
+            resources={"metadata": {"path": str(cwd) if cwd else str(notebooks_dir())}},
             log_output=False,
             store_widget_state=False,  # the widget state embeds plotly's JS per figure (~5 MB each)
             config=config,
