@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 @dataclass
 class Example:
     """A question with gold answers (aliases) and its multi-hop annotations.
