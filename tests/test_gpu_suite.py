@@ -18,18 +18,24 @@ def load_suite():
     return mod
 
 
-def test_tiny_suite_measures_every_group(tmp_path, one_thread, capsys):
-    suite = load_suite()
-    out = tmp_path / "gpu.json"
-    rows = suite.main(["--tiny", "--groups", "1,4", "--out", str(out)])
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> Path:
+    """``bench/gpu/device_check.sh`` with ``DEVICE=cpu`` at toy sizes, once for this file: the tests below read what
+    its stages wrote (the profile and the suite on their ``--tiny`` configs, the suite at groups 1 and 4)."""
+    out = tmp_path_factory.mktemp("gpucheck") / "out"
+    _device_check(out, PROFILE_LIMIT="150", SUITE_LIMIT="120", SUITE_ARGS="--groups 1,4")  # this machine may be busy
+    return out
+
+
+def test_tiny_suite_measures_every_group(dry_run):
+    rows = json.loads((dry_run / "suite-tiny.json").read_text())["rows"]
     assert [(r["model"], r["group"]) for r in rows] == [("tiny", 1), ("tiny", 4)]
     for r in rows:
         assert r["rollout_tokens_per_s"] > 0 and r["train_tokens_per_s"] > 0 and r["train_step_s"] > 0
         assert 0 < r["mfu"] < 1 and r["peak_memory_gib"] > 0
         assert r["largest_fit"] == "4 x (24+16)"  # both tried lengths fit in a CPU's memory
         assert r["held_plain_mib"] >= 0 and r["held_ckpt_mib"] >= 0  # measured, not compared (bench/RESULTS.md)
-    assert json.loads(out.read_text())["rows"] == rows
-    table = capsys.readouterr().out
+    table = (dry_run / "log.txt").read_text()
     assert "| tiny | 4 |" in table and "MFU" in table and "checkpointed" in table
 
 
@@ -52,23 +58,21 @@ def _load(path: Path, name: str):
     return mod
 
 
-def test_tiny_rollout_profile_times_every_engine(tmp_path, one_thread, capsys):
-    out = tmp_path / "profile.json"
-    res = _load(PROFILE, "rollout_profile").main(["--tiny", "--out", str(out)])
+def test_tiny_rollout_profile_times_every_engine(dry_run):
+    res = json.loads((dry_run / "rollout_profile.json").read_text())
     assert list(res["engines"]) == ["transformers.generate", "hf", "hf+lora", "hf+lora merged", "graph", "graph, eager"]
     timed = [*res["engines"].values(), *(r for g in res["groups"].values() for r in g.values())]
     for r in timed:  # every engine decoded every row to the full length
         rows = r["tokens"] // res["new_tokens"]
         assert r["tokens"] == rows * res["new_tokens"] and r["decode_steps"] == res["new_tokens"]
         assert r["ms_per_step"] > 0
-    assert list(res["groups"]) == [2] and res["groups"][2]["graph"]["tokens"] == 2 * res["new_tokens"]
+    assert list(res["groups"]) == ["2"] and res["groups"]["2"]["graph"]["tokens"] == 2 * res["new_tokens"]
     assert res["engines"]["graph"]["stats"]["merged_layers"] > 0  # the LoRA was merged for the graph engine's calls
     agree = res["agreement"]  # greedy: the graph engine's tokens are the unmerged LoRA model's, weights as they were
     assert agree["identical_rows"] == agree["rows"] == 4 and agree["weights_restored"] and agree["max_logprob_gap"] < 1e-3
     prof = res["profile_hf+lora"]
     assert prof["wall_ms"] > 0 and prof["top_ops"] and all(o["calls"] > 0 for o in prof["top_ops"])
-    assert json.loads(out.read_text())["engines"].keys() == res["engines"].keys()
-    assert "| hf+lora merged |" in capsys.readouterr().out
+    assert "| hf+lora merged |" in (dry_run / "log.txt").read_text()
 
 
 def test_results_gpu_tables_are_the_recorded_runs():
@@ -123,13 +127,12 @@ def _stages(out: Path) -> dict[str, str]:
     return dict(re.findall(r"^\[([\w.-]+)\] (rc=\d+|skipped)", (out / "log.txt").read_text(), re.M))
 
 
-def test_device_check_dry_run_on_cpu_runs_every_stage(tmp_path):
+def test_device_check_dry_run_on_cpu_runs_every_stage(dry_run):
     """The device script end to end with DEVICE=cpu at toy sizes: each stage runs and leaves its results (everything
     a GPU loan returns but the CUDA figures), the carried GGUF file standing for the adapters' packaged model."""
     import tarfile
 
-    out = tmp_path / "out"
-    _device_check(out, PROFILE_LIMIT="150", SUITE_LIMIT="120")  # toy sizes, but this machine may be busy
+    out = dry_run
     assert _stages(out) == {"profile": "rc=0", "eval-shipped": "rc=0", "eval-profiled": "skipped", "train": "rc=0",
                             "eval-trained": "rc=0", "suite-tiny": "rc=0"}, (out / "log.txt").read_text()[-3000:]
     prof = json.loads((out / "rollout_profile.json").read_text())
@@ -172,7 +175,8 @@ def test_device_check_runs_the_stages_asked_for_without_the_gguf(tmp_path):
     from workbench.core.models import resolve_model_path
 
     out = tmp_path / "out"
-    r = _device_check(out, STAGES="suite", GGUF="", MODEL_DIR=resolve_model_path(), SUITE_LIMIT="120")
+    r = _device_check(out, STAGES="suite", GGUF="", MODEL_DIR=resolve_model_path(), SUITE_LIMIT="120",
+                      SUITE_ARGS="--groups 1 --fit-lengths 8")  # the stage runs; its figures are checked above
     assert r.returncode == 0 and _stages(out) == {"suite-tiny": "rc=0"}, (out / "log.txt").read_text()[-2000:]
     r = _device_check(tmp_path / "out2", STAGES="eval", GGUF="")
     assert r.returncode != 0 and "set GGUF" in r.stderr
