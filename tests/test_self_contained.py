@@ -1,6 +1,6 @@
 """A clone stands on its own: no path to a folder beside the checkout (``../shared``) and no word about how the project
-was built ("design card", "(issue 12)", "slow hour") in the README, the guide, the code, the notebooks, the methods'
-declarations or the shipped data. The lab log (``bench/RESULTS.md``, ``bench/HISTORY.md``) is where such words
+was built (the plan it started from, issue numbers, the hour a figure was taken in: :data:`PROCESS`) in the README, the
+guide, the code, the notebooks, the methods' declarations or the shipped data. The lab log (``bench/RESULTS.md``, ``bench/HISTORY.md``) is where such words
 belong and is not read here."""
 
 from __future__ import annotations
