@@ -659,7 +659,10 @@ class Trainer:
             return self._train(steps, on_step)
         except BaseException as e:
             if self.rank == 0:  # the views then say the run failed and why, not "killed" or "still running"
-                self.run.mark_failed(e, step=self.step)
+                try:
+                    self.run.mark_failed(e, step=self.step)
+                except OSError:  # a full disk: the error raised is the step's own, not the marker's
+                    pass
             raise
         finally:
             self._bar, self._postfix = None, {}
