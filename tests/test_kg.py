@@ -76,10 +76,6 @@ def kg(tmp_path_factory):
     return KnowledgeGraph.from_wikidata5m(d)
 
 
-def fixtures_dir():
-    return samples_dir()
-
-
 # ----------------------------------------------------------------------------- hashing and normalization
 
 
@@ -225,7 +221,7 @@ def test_fb15k237_loader_relation_names(tmp_path):
 
 
 def test_codex_sample():
-    d = fixtures_dir() / "codex_s"
+    d = samples_dir() / "codex_s"
     kg = KnowledgeGraph.from_codex(d / "test.txt", d / "relations_en.json")
     n_lines = sum(1 for line in open(d / "test.txt") if line.strip())
     labels = json.loads((d / "relations_en.json").read_text())
@@ -237,7 +233,7 @@ def test_codex_sample():
 
 
 def test_fb15k237_sample():
-    d = fixtures_dir() / "fb15k237"
+    d = samples_dir() / "fb15k237"
     kg = KnowledgeGraph.from_fb15k237(d / "triples.tsv", d / "entity2text.txt", d / "relation2text.txt")
     assert kg.num_triples == 3000 and kg.stats["malformed_lines"] == 0
     mid, name = open(d / "entity2text.txt").readline().rstrip("\n").split("\t")
@@ -535,7 +531,7 @@ def test_load_kg_codex_with_labels_and_linking():
 def test_load_kg_without_entity_labels_warns_once():
     from workbench.tools.kg.files import NO_LABELS_WARNING, load_kg
 
-    fx = fixtures_dir() / "codex_s"
+    fx = samples_dir() / "codex_s"
     files = [fx / "test.txt", fx / "relations_en.json"]
     with pytest.warns(UserWarning) as rec:
         kg = load_kg(files)

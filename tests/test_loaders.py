@@ -29,10 +29,6 @@ from workbench.data.loaders import (
 from workbench.util.paths import samples_dir
 
 
-def _fixtures() -> Path:
-    return samples_dir()
-
-
 def _jsonl(path: Path, records: list) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
@@ -42,8 +38,8 @@ def _jsonl(path: Path, records: list) -> Path:
 
 
 def test_hotpotqa_sample():
-    exs = load_hotpotqa(_fixtures() / "hotpotqa_dev_distractor.sample.json")
-    raw = json.loads((_fixtures() / "hotpotqa_dev_distractor.sample.json").read_text())
+    exs = load_hotpotqa(samples_dir() / "hotpotqa_dev_distractor.sample.json")
+    raw = json.loads((samples_dir() / "hotpotqa_dev_distractor.sample.json").read_text())
     assert len(exs) == len(raw) == 20
     assert [e.id for e in exs] == [r["_id"] for r in raw]  # file order
     first = exs[0]
@@ -64,7 +60,7 @@ def test_hotpotqa_sample():
 
 
 def test_2wiki_sample_hops_kg_path_and_kg():
-    path = _fixtures() / "2wikimultihopqa_dev.sample.jsonl"
+    path = samples_dir() / "2wikimultihopqa_dev.sample.jsonl"
     exs = load_2wiki(path)
     raw = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(exs) == 20
@@ -88,7 +84,7 @@ def test_2wiki_sample_hops_kg_path_and_kg():
 
 
 def test_musique_sample_hops_decomposition_aliases():
-    path = _fixtures() / "musique_ans_dev.sample.jsonl"
+    path = samples_dir() / "musique_ans_dev.sample.jsonl"
     exs = load_musique(path)
     raw = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(exs) == 20
@@ -108,20 +104,20 @@ def test_musique_sample_hops_decomposition_aliases():
 
 
 def test_bamboogle_sample():
-    exs = load_bamboogle(_fixtures() / "bamboogle_test.flashrag.sample.jsonl")
+    exs = load_bamboogle(samples_dir() / "bamboogle_test.flashrag.sample.jsonl")
     assert len(exs) == 20
     assert exs[0].answers == ["james madison"]
     assert {(e.dataset, e.split, e.hops) for e in exs} == {("bamboogle", "test", 2)}
 
 
 def test_flashrag_corpus_sample():
-    passages = load_flashrag_corpus(_fixtures() / "wiki18_corpus.flashrag.sample.jsonl")
+    passages = load_flashrag_corpus(samples_dir() / "wiki18_corpus.flashrag.sample.jsonl")
     assert len(passages) == 200
     assert (passages[0].id, passages[0].title) == ("0", "Evan Morris")
     assert passages[0].text.startswith("Evan Morris Evan L. Morris (January 26, 1977")
     assert not any(p.title.startswith('"') or p.title.endswith('"') for p in passages)
     assert "Absalon" in {p.title for p in passages}  # an unquoted title line
-    assert len(load_flashrag_corpus(_fixtures() / "wiki18_corpus.flashrag.sample.jsonl", limit=7)) == 7
+    assert len(load_flashrag_corpus(samples_dir() / "wiki18_corpus.flashrag.sample.jsonl", limit=7)) == 7
 
 
 @pytest.mark.parametrize(
@@ -134,7 +130,7 @@ def test_flashrag_corpus_sample():
     ],
 )
 def test_load_dataset_sniffs_the_layout(fname, dataset, hops):
-    exs = load_dataset(_fixtures() / fname, limit=3)
+    exs = load_dataset(samples_dir() / fname, limit=3)
     assert len(exs) == 3
     assert exs[0].dataset == dataset and exs[0].hops == hops
     assert exs[0].meta["source_file"].endswith(fname)
@@ -142,7 +138,6 @@ def test_load_dataset_sniffs_the_layout(fname, dataset, hops):
 
 @pytest.mark.parametrize("name", ["hotpotqa", "2wiki", "musique", "bamboogle"])
 def test_load_dataset_by_name_falls_back_to_the_sample_with_a_warning(name, tmp_path, monkeypatch):
-    _fixtures()
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     monkeypatch.delenv("WORKBENCH_DATA", raising=False)
     with pytest.warns(UserWarning, match="small sample"):
@@ -151,7 +146,7 @@ def test_load_dataset_by_name_falls_back_to_the_sample_with_a_warning(name, tmp_
 
 
 def test_corpus_from_contexts_on_samples():
-    fx = _fixtures()
+    fx = samples_dir()
     exs = load_hotpotqa(fx / "hotpotqa_dev_distractor.sample.json") + load_2wiki(
         fx / "2wikimultihopqa_dev.sample.jsonl"
     )

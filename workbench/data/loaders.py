@@ -66,6 +66,7 @@ from workbench.data.records import (
     qa_example,
     twowiki_example,
 )
+from workbench.util.paths import cache_dir, samples_dir
 
 __all__ = [
     "DATASETS",
@@ -197,12 +198,11 @@ _LOADERS: dict[str, Callable[..., list[Example]]] = {
 def data_dirs(data_dir: PathLike | None = None) -> list[Path]:
     """Where :func:`load_dataset` looks for a dataset given by name, in order: ``data_dir``,
     ``$WORKBENCH_DATA``, ``<cache>/datasets``, then the benchmark samples in ``data/samples``."""
-    from workbench.util.paths import cache_dir, samples_dir
-
     dirs = [Path(d) for d in (data_dir, os.environ.get("WORKBENCH_DATA")) if d]
     dirs.append(cache_dir() / "datasets")
-    if samples_dir().is_dir():
-        dirs.append(samples_dir())
+    samples = samples_dir()
+    if samples.is_dir():
+        dirs.append(samples)
     return dirs
 
 
@@ -295,8 +295,6 @@ def _load_dataset(
         if canon == "flashrag":
             raise ValueError("'flashrag' is a file format, not a dataset: pass path=... (or the file path itself)")
         found = find_dataset_file(canon, split, data_dir)
-        from workbench.util.paths import samples_dir
-
         if found.parent == samples_dir():
             warnings.warn(f"load_dataset({canon!r}): no full copy found; using the small sample {found}", stacklevel=2)
         return _LOADERS[canon](found, split=split, limit=limit)
