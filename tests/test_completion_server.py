@@ -164,7 +164,7 @@ def test_many_concurrent_requests_are_one_batch_beyond_the_threadpool(start):
     for t in threads:
         t.join(60)
     assert results == [200] * n and backend.calls == [n]
-    assert srv.batcher.stats == {"requests": n, "batches": 1, "largest_batch": n}
+    assert srv.batcher.stats == {"requests": n, "batches": 1, "largest_batch": n, "split_requests": 0, "preempted": 0}
 
 
 def test_eight_clients_through_openai_backend_are_one_batch(start):

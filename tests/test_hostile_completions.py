@@ -102,6 +102,8 @@ def test_the_server_flags_are_checked():
 
     with pytest.raises(ValueError, match="max_request_tokens must be >= 1"):
         serve(EchoBackend(), max_request_tokens=0)
+    with pytest.raises(ValueError, match="max_call_tokens must be >= 0"):
+        serve(EchoBackend(), max_call_tokens=-1)
     r = subprocess.run([sys.executable, "-m", "workbench.rollout.server", "--max-request-tokens", "0"],
                        capture_output=True, text=True, timeout=120)
     err = r.stderr.strip().splitlines()
@@ -131,7 +133,7 @@ def test_a_short_request_queued_beside_long_ones_is_generated_first():
     from workbench.rollout.server import serve
 
     backend = PacedBackend(per_token_s=2e-4)  # 32 prompts x 200 tokens: 1.3 s a call
-    srv, url = serve(backend, model_name="echo")
+    srv, url = serve(backend, model_name="echo", max_call_tokens=0)  # length classes alone: requests are not cut
     big = {"prompt": [[100 + i] for i in range(32)], "max_tokens": 200}
     try:
         replies: dict = {}
@@ -152,6 +154,78 @@ def test_a_short_request_queued_beside_long_ones_is_generated_first():
     # answered before the second long request was generated: after the call that was running, not after two
     assert order == [[100 + i for i in range(32)], [65], [100 + i for i in range(32)]][: len(order)]
     assert [ids for ids, _ in backend.calls] == [[100 + i for i in range(32)], [65], [100 + i for i in range(32)]]
+
+
+def test_a_short_request_arriving_during_a_long_one_waits_for_one_of_its_calls():
+    """A 1-token request that arrived while a 32 x 200 request ran waited for all of it (79.4 s on the real model):
+    the long request is now cut into calls of at most max_call_tokens rows x steps (10 rows here), the newcomer goes
+    after the call that was running, and the long request's replies come back whole and in order."""
+    from workbench.rollout.server import serve
+
+    backend = PacedBackend(per_token_s=2e-4)  # a 10-row call of 200 steps: 0.4 s
+    srv, url = serve(backend, model_name="echo", max_call_tokens=2048)
+    big = {"prompt": [[100 + i] for i in range(32)], "max_tokens": 200}
+    try:
+        replies: dict = {}
+        first = threading.Thread(target=lambda: replies.update(big=complete(url, big)))
+        first.start()
+        assert backend.started.wait(10)
+        t0 = time.perf_counter()
+        replies["short"] = complete(url, {"prompt": [[65]], "max_tokens": 1})
+        waited = time.perf_counter() - t0
+        first.join(30)
+        health = httpx.get(url.removesuffix("/v1") + "/health", timeout=10).json()
+    finally:
+        srv.stop()
+    assert replies["big"].status_code == 200 and replies["short"].status_code == 200
+    assert [c["text"][0] for c in replies["big"].json()["choices"]] == [chr(100 + i) for i in range(32)]
+    order = [ids for ids, _ in backend.calls]
+    rows = [100 + i for i in range(32)]
+    assert order == [rows[:10], [65], rows[10:20], rows[20:30], rows[30:]]
+    assert waited < 1.0, f"the short request waited {waited:.2f} s: more than the one 0.4 s call it arrived during"
+    assert health["split_requests"] == 1 and health["requests"] == 2 and health["preempted"] == 1
+
+
+def test_a_stream_of_short_requests_cannot_starve_a_long_one():
+    """Newcomers go before a cut request's next call only every other call: the oldest waiting call goes after a
+    call that jumped ahead of it, so the long request moves on while short ones keep arriving."""
+    from workbench.rollout.server import _Batcher
+
+    backend = PacedBackend(per_token_s=5e-4)  # a 4-row call of 100 steps: 0.2 s
+    batcher = _Batcher(backend, max_batch=64, window_s=0.0, max_call_tokens=400)
+    try:
+        p = SamplingParams(max_new_tokens=100)
+        long = batcher.enqueue([[100 + i] for i in range(12)], p, [100] * 12)
+        assert backend.started.wait(10)
+        shorts = []
+        while not long.done():  # a short request always waiting
+            shorts.append(batcher.enqueue([[65]], SamplingParams(max_new_tokens=1), [1]))
+            time.sleep(0.05)
+            if len(shorts) > 200:
+                break
+        assert long.done() and [g.token_ids[0] for g in long.result()] == [100 + i for i in range(12)]
+        for f in shorts:
+            f.result(timeout=10)
+    finally:
+        batcher.close()
+    starts = [i for i, (ids, _) in enumerate(backend.calls) if ids[0] >= 100]
+    assert len(starts) == 3 and all(b - a <= 2 for a, b in zip(starts, starts[1:])), [ids for ids, _ in backend.calls]
+
+
+def test_a_seeded_request_cut_into_calls_draws_new_samples_in_each():
+    """A call samples from one generator: the calls a seeded request is cut into get seeds derived from it and their
+    first row, so a group of equal prompts does not repeat the first call's samples, and the request replays."""
+    from workbench.rollout.server import serve
+
+    backend = PacedBackend(per_token_s=0)
+    srv, url = serve(backend, model_name="echo", max_call_tokens=8 * 4)
+    try:
+        body = {"prompt": [[70]] * 16, "max_tokens": 4, "temperature": 1.0, "seed": 7}
+        assert complete(url, body).status_code == 200 and complete(url, body).status_code == 200
+    finally:
+        srv.stop()
+    seeds = [seed for _, seed in backend.calls]
+    assert len(seeds) == 4 and seeds[0] == 7 and seeds[1] != 7 and seeds[:2] == seeds[2:], seeds
 
 
 def test_small_requests_that_arrive_together_still_share_a_call():

@@ -33,10 +33,13 @@ Requests that arrive together are batched: one worker thread collects the reques
 ``batch_window_s`` (up to ``max_batch`` prompts), groups them by sampling settings and length class (``max_tokens``
 within a factor of two) and makes one ``backend.generate`` call per group, the shortest groups first, so the backend is
 only ever called from that thread and a short request queued beside a long one is not held for the long one's
-length. (A request that arrives while a call runs waits for that call: calls are not preempted; ``max_request_tokens``
-bounds how much one request may ask for.) A request waits on that thread's future (not on a threadpool thread), so any
-number of them can share a batch. Greedy results are exact; a seeded sampled batch uses the seed of its first request,
-so seeded sampling over HTTP is reproducible only when requests are batched the same way.
+length. A call takes at most ``max_call_tokens`` rows x decode steps: a longer request is cut into calls of fewer rows,
+and a request that arrives while one of them runs goes before the rest (after it, the oldest waiting call goes next,
+so a stream of short requests cannot starve a long one). Calls are not preempted mid-way, so a newcomer waits for at
+most one call; ``max_request_tokens`` bounds how much one request may ask for. A request waits on that thread's
+future (not on a threadpool thread), so any number of them can share a batch. Greedy results are exact; a seeded
+sampled call uses the seed of its first request (a request's later calls a seed derived from it and the row), so
+seeded sampling over HTTP is reproducible only when requests are batched the same way.
 
     python -m workbench.rollout.server --model smollm2-135m --port 8000 [--enable-lora]
 """
@@ -56,7 +59,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
@@ -84,6 +87,9 @@ MAX_TEMPERATURE = 100.0
 all but name."""
 MAX_SEED = 2**63 - 1
 """The largest ``seed`` (vLLM's: a signed 64-bit integer; seeds are >= 0 here)."""
+MAX_CALL_TOKENS = 2048
+"""Default of ``max_call_tokens`` (``--max-call-tokens``): rows x decode steps one ``backend.generate`` call takes; a
+longer request is cut into calls of fewer rows, and requests that arrive meanwhile go between them."""
 
 class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400):
@@ -98,15 +104,40 @@ class _Job:
     limits: list[int]
     future: Future
     adapter: str | None = None
+    gens: list[Generation | None] = field(default_factory=list)  # filled row by row as the job's calls finish
+    left: int = 0  # rows not yet generated
+
+    def __post_init__(self) -> None:
+        self.gens, self.left = [None] * len(self.prompts), len(self.prompts)
+
+
+@dataclass
+class _Call:
+    """One ``backend.generate`` call: rows ``lo:hi`` of each of its jobs; ``seq`` is the round they arrived in."""
+    parts: list[tuple[_Job, int, int]]
+    seq: int
+
+    @property
+    def length(self) -> int:
+        return max(n for j, lo, hi in self.parts for n in j.limits[lo:hi])
+
+
+def _chunk_seed(seed: int, row: int) -> int:
+    """The seed of a call that starts at row ``row`` of a seeded request: a call draws from one generator, so the
+    request's later calls must not reuse the first one's stream (a group of equal prompts would repeat its samples)."""
+    return seed if row == 0 else (seed * 0x9E3779B97F4A7C15 + row) % (MAX_SEED + 1)
 
 
 class _Batcher:
-    """One worker thread that batches queued requests into ``backend.generate`` calls."""
+    """One worker thread that batches queued requests into ``backend.generate`` calls of at most ``max_call_tokens``
+    rows x decode steps, so a request that arrives while a long one runs waits for one of its calls, not all."""
 
-    def __init__(self, backend: Backend, max_batch: int, window_s: float, adapters: LoRAAdapters | None = None):
+    def __init__(self, backend: Backend, max_batch: int, window_s: float, adapters: LoRAAdapters | None = None,
+                 max_call_tokens: int = MAX_CALL_TOKENS):
         self.backend, self.max_batch, self.window_s = backend, max_batch, window_s
         self.adapters = adapters
-        self.stats = {"requests": 0, "batches": 0, "largest_batch": 0}
+        self.max_call_tokens = max_call_tokens
+        self.stats = {"requests": 0, "batches": 0, "largest_batch": 0, "split_requests": 0, "preempted": 0}
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="completion-batcher", daemon=True)
         self._thread.start()
@@ -143,26 +174,75 @@ class _Batcher:
             groups.setdefault(key, []).append(j)
         return sorted(groups.values(), key=lambda g: max(max(j.limits) for j in g))
 
+    def calls(self, jobs: list[_Job], seq: int = 0) -> list[_Call]:
+        """:meth:`groups` cut into calls of at most ``max_call_tokens`` rows x the group's longest limit (at least
+        one row a call; ``max_call_tokens=0``: a group is one call), the shortest first.
+
+        >>> b = _Batcher.__new__(_Batcher); b.max_call_tokens = 2048
+        >>> p = SamplingParams()
+        >>> [[(lo, hi) for _, lo, hi in c.parts] for c in b.calls([_Job([[1]] * 32, p, [200] * 32, Future())])]
+        [[(0, 10)], [(10, 20)], [(20, 30)], [(30, 32)]]
+        """
+        out: list[_Call] = []
+        for group in self.groups(jobs):
+            longest = max(max(j.limits) for j in group)
+            rows = max(1, self.max_call_tokens // longest) if self.max_call_tokens else sum(len(j.prompts) for j in group)
+            parts: list[tuple[_Job, int, int]] = []
+            room = rows
+            for j in group:
+                lo = 0
+                while lo < len(j.prompts):
+                    hi = min(len(j.prompts), lo + room)
+                    parts.append((j, lo, hi))
+                    room -= hi - lo
+                    lo = hi
+                    if room == 0:
+                        out.append(_Call(parts, seq))
+                        parts, room = [], rows
+            if parts:
+                out.append(_Call(parts, seq))
+        return out
+
+    def _collect(self, first: _Job | None, wait: bool) -> tuple[list[_Job], bool]:
+        """The jobs queued now (``wait``: also those arriving within ``window_s`` of ``first``), up to ``max_batch``
+        prompts, and whether the server is closing."""
+        jobs = [first] if first is not None else []
+        n = sum(len(j.prompts) for j in jobs)
+        deadline = time.monotonic() + (self.window_s if wait else 0.0)
+        while n < self.max_batch:
+            try:
+                nxt = self._q.get(timeout=max(deadline - time.monotonic(), 0.0)) if wait else self._q.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                return jobs, True
+            jobs.append(nxt)
+            n += len(nxt.prompts)
+        return jobs, False
+
     def _run(self) -> None:
         closing = False
         while not closing:
             job = self._q.get()
             if job is None:
                 break
-            jobs, n = [job], len(job.prompts)
-            deadline = time.monotonic() + self.window_s
-            while n < self.max_batch:
-                try:
-                    nxt = self._q.get(timeout=max(deadline - time.monotonic(), 0.0))
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    closing = True
-                    break
-                jobs.append(nxt)
-                n += len(nxt.prompts)
-            for group in self.groups(jobs):
-                self._generate(group)
+            jobs, closing = self._collect(job, wait=True)
+            seq = 0
+            pending = self.calls(jobs, seq)
+            jumped = False
+            while pending:
+                # the shortest call first; but after one that went ahead of an older call, the oldest, so a stream
+                # of short requests cannot starve a long one
+                i = min(range(len(pending)), key=lambda k: pending[k].seq) if jumped else 0
+                call = pending.pop(i)
+                jumped = any(c.seq < call.seq for c in pending)
+                self.stats["preempted"] += jumped
+                self._generate(call)
+                if pending and not closing:  # requests that arrived during the call join the line
+                    new, closing = self._collect(None, wait=False)
+                    if new:
+                        seq += 1
+                        pending = sorted(pending + self.calls(new, seq), key=lambda c: c.length)
         while True:  # requests that raced the shutdown fail instead of waiting forever
             try:
                 job = self._q.get_nowait()
@@ -171,30 +251,36 @@ class _Batcher:
             if job is not None:
                 _fail(job.future, RuntimeError("the completion server is shutting down"))
 
-    def _generate(self, jobs: list[_Job]) -> None:
-        jobs = [j for j in jobs if not j.future.done()]  # a client that left cancelled its future
-        if not jobs:
+    def _generate(self, call: _Call) -> None:
+        parts = [(j, lo, hi) for j, lo, hi in call.parts if not j.future.done()]  # a client that left cancelled it
+        if not parts:
             return
-        prompts = [p for j in jobs for p in j.prompts]
-        limits = [n for j in jobs for n in j.limits]
-        params = replace(jobs[0].params, max_new_tokens=max(limits))
-        self.stats["requests"] += len(jobs)
+        prompts = [p for j, lo, hi in parts for p in j.prompts[lo:hi]]
+        limits = [n for j, lo, hi in parts for n in j.limits[lo:hi]]
+        first, row = parts[0][0], parts[0][1]
+        params = replace(first.params, max_new_tokens=max(limits))
+        if params.seed is not None:
+            params = replace(params, seed=_chunk_seed(params.seed, row))
+        self.stats["requests"] += sum(lo == 0 for _, lo, _ in parts)
+        self.stats["split_requests"] += sum(lo == 0 and hi < len(j.prompts) for j, lo, hi in parts)
         self.stats["batches"] += 1
         self.stats["largest_batch"] = max(self.stats["largest_batch"], len(prompts))
         try:
-            with self.adapters.active(jobs[0].adapter) if self.adapters is not None else nullcontext():
+            with self.adapters.active(first.adapter) if self.adapters is not None else nullcontext():
                 gens = self.backend.generate(prompts, params, limits)
             if len(gens) != len(prompts):
                 raise RuntimeError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
         except Exception as e:  # reported to every waiting request as an HTTP 500
-            for j in jobs:
+            for j, _, _ in parts:
                 _fail(j.future, e)
             return
         i = 0
-        for j in jobs:
-            if not j.future.done():
-                j.future.set_result(gens[i : i + len(j.prompts)])
-            i += len(j.prompts)
+        for j, lo, hi in parts:
+            j.gens[lo:hi] = gens[i : i + hi - lo]
+            j.left -= hi - lo
+            i += hi - lo
+            if j.left == 0 and not j.future.done():
+                j.future.set_result(j.gens)
 
 
 def _fail(fut: Future, e: BaseException) -> None:
@@ -208,7 +294,7 @@ class CompletionServer:
     def __init__(self, addr: tuple[str, int], backend: Backend, model_name: str, api_key: str | None,
                  max_batch: int, batch_window_s: float, return_tokens_as_token_ids: bool,
                  adapters: LoRAAdapters | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
-                 max_request_tokens: int = MAX_REQUEST_TOKENS):
+                 max_request_tokens: int = MAX_REQUEST_TOKENS, max_call_tokens: int = MAX_CALL_TOKENS):
         self.backend = backend
         self.model_name = model_name
         self.api_key = api_key
@@ -218,7 +304,7 @@ class CompletionServer:
         self.adapters = adapters
         self.http = ServerThread(create_app(self), *addr, name="completion-server")  # binds: OSError if in use
         self.server_address = (addr[0], self.http.port)
-        self.batcher = _Batcher(backend, max_batch, batch_window_s, adapters)
+        self.batcher = _Batcher(backend, max_batch, batch_window_s, adapters, max_call_tokens)
 
     def start(self) -> None:
         self.http.start()
@@ -250,6 +336,7 @@ def serve(
     lora_dir: str | None = None,
     max_model_len: int | None = None,
     max_request_tokens: int = MAX_REQUEST_TOKENS,
+    max_call_tokens: int = MAX_CALL_TOKENS,
 ) -> tuple[CompletionServer, str]:
     """Serve ``backend`` over HTTP in a background thread; returns ``(server, base_url)``.
 
@@ -270,6 +357,8 @@ def serve(
         max_model_len: prompt plus completion tokens a request may ask for (default: the model's
             ``max_position_embeddings``, else ``DEFAULT_MAX_MODEL_LEN``).
         max_request_tokens: prompts x ``max_tokens`` a request may ask for (400 past it, naming the limit).
+        max_call_tokens: rows x decode steps one ``backend.generate`` call takes (a longer request is cut by rows;
+            0: never cut, a request that arrives meanwhile waits for all of it).
 
     The base URL ends in ``/v1`` (``http://127.0.0.1:PORT/v1``). Call ``server.stop()`` when done.
     """
@@ -286,9 +375,12 @@ def serve(
     for name, v in (("max_model_len", max_model_len), ("max_request_tokens", max_request_tokens)):
         if v < 1:
             raise ValueError(f"serve: {name} must be >= 1, got {v}")
+    if max_call_tokens < 0:
+        raise ValueError(f"serve: max_call_tokens must be >= 0 (0: never cut a request), got {max_call_tokens}")
     adapters = LoRAAdapters(backend, max_loras, root=lora_dir or ".") if enable_lora else None
     server = CompletionServer((host, port), backend, model_name or backend.name, api_key, max_batch, batch_window_s,
-                              return_tokens_as_token_ids, adapters, max_model_len, max_request_tokens)
+                              return_tokens_as_token_ids, adapters, max_model_len, max_request_tokens,
+                              max_call_tokens)
     try:
         server.start()
     except BaseException:
@@ -593,6 +685,9 @@ def main(argv: list[str] | None = None) -> None:
                     "for (default: the model's max_position_embeddings)")
     ap.add_argument("--max-request-tokens", type=int, default=MAX_REQUEST_TOKENS, help="prompts x max_tokens a request "
                     "may ask for; more is refused with 400 (default: %(default)s)")
+    ap.add_argument("--max-call-tokens", type=int, default=MAX_CALL_TOKENS, help="rows x decode steps one generate "
+                    "call takes: a longer request is cut by rows, and requests that arrive meanwhile go between its "
+                    "calls; 0 never cuts (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: workbench.util.threads' choice)")
     args = ap.parse_args(argv)
 
@@ -609,6 +704,8 @@ def main(argv: list[str] | None = None) -> None:
                     ("--max-request-tokens", args.max_request_tokens)):
         if v is not None and v < 1:
             fail(f"{flag} {v}: give a number >= 1")
+    if args.max_call_tokens < 0:
+        fail(f"--max-call-tokens {args.max_call_tokens}: give a number >= 0 (0: never cut a request)")
     if args.enable_lora and not os.path.isdir(args.lora_dir):
         fail(f"--lora-dir {args.lora_dir}: not a directory; give the directory the trainer saves adapters under "
                  "(e.g. runs)")
@@ -623,7 +720,7 @@ def main(argv: list[str] | None = None) -> None:
         server, url = serve(backend, args.host, args.port, model_name=args.model or DEFAULT_MODEL,
                             allow_remote=args.allow_remote, api_key=args.api_key, enable_lora=args.enable_lora,
                             max_loras=args.max_loras, lora_dir=args.lora_dir, max_model_len=args.max_model_len,
-                            max_request_tokens=args.max_request_tokens)
+                            max_request_tokens=args.max_request_tokens, max_call_tokens=args.max_call_tokens)
     except OSError as e:
         print(f"error: cannot listen on {args.host} port {args.port}: {e.strerror or e}; pick another --port",
               file=sys.stderr)
