@@ -210,3 +210,30 @@ def test_served_compare_tab_draws_error_bars_and_the_forest_in_chromium(interval
         for word in ("Traceback", "could not be built"):
             assert page.get_by_text(word).count() == 0, word
         page.screenshot(path=str(shots / "dashboard-question-difference.png"), full_page=True)
+
+
+def test_comparison_rows_are_kept_on_disk_by_the_files_bytes(tmp_path, monkeypatch):
+    """A comparison's rows (bootstrap intervals) are computed once per file and code, then read back equal from the
+    cache by any later process; an entry that is not rows is computed again, and an edited file gets its own."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "results" / "x" / "comparison.json"
+    src.parent.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "data/results/deep_rl/rl0_vs_rl1/comparison.json", src)
+    c = paired.Comparison.load(src)
+    calls = []
+    monkeypatch.setattr(paired.Comparison, "rows", lambda self, _r=paired.Comparison.rows: calls.append(1) or _r(self))
+    first = q._stored_rows(src, c)
+    (entry,) = (tmp_path / "cache" / "comparison_rows").iterdir()
+    again = q._stored_rows(src, c)
+    assert len(calls) == 1  # the second read came from the cache
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(first, again)
+    entry.write_text('{"not": "rows"}')
+    pd.testing.assert_frame_equal(q._stored_rows(src, c), first)
+    assert len(calls) == 2
+    d = json.loads(src.read_text())
+    d["name"] = "edited"
+    src.write_text(json.dumps(d))
+    q._stored_rows(src, paired.Comparison.load(src))
+    assert len(calls) == 3 and len(list((tmp_path / "cache" / "comparison_rows").iterdir())) == 2

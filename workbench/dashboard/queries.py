@@ -20,6 +20,7 @@ view can mark a killed or running run and leave it out of means over runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -797,8 +798,47 @@ _COMPARISON_ROWS: dict[tuple[str, int, int], pd.DataFrame] = {}
 
 def _comparison_rows(path: Path, c: Any) -> pd.DataFrame:
     """``c.rows()`` of the comparison read from ``path``, computed once while the file is unchanged."""
-    rows = _cached_file(_COMPARISON_ROWS, 256, path, lambda _: c.rows())
+    rows = _cached_file(_COMPARISON_ROWS, 256, path, lambda p: _stored_rows(p, c))
     return rows.copy() if isinstance(rows, pd.DataFrame) else c.rows()  # {}: the file went away since it was read
+
+
+@functools.cache
+def _rows_code() -> bytes:
+    """What ``Comparison.rows`` depends on besides the file: the code of its intervals and scipy's version."""
+    import scipy
+
+    from workbench.eval import paired
+
+    return Path(paired.__file__).read_bytes() + scipy.__version__.encode()
+
+
+def _stored_rows(path: Path, c: Any) -> pd.DataFrame:
+    """``c.rows()``, kept on disk under the cache root by the file's bytes and the code that computes them: the
+    intervals are bootstraps (a few seconds over the shipped comparisons), and every dashboard a process builds
+    shows them. A cache entry that does not read back as rows is computed again."""
+    import hashlib
+
+    from workbench.util.io import atomic_write_text
+    from workbench.util.paths import cache_dir
+
+    try:
+        key = hashlib.sha256(path.read_bytes() + _rows_code()).hexdigest()
+    except OSError:
+        return c.rows()
+    stored = cache_dir() / "comparison_rows" / f"{key}.json"
+    try:
+        records = json.loads(stored.read_text(encoding="utf-8"))
+        if isinstance(records, list) and records and all(isinstance(r, dict) and "hops" in r for r in records):
+            return pd.DataFrame(records)
+    except (OSError, ValueError):
+        pass
+    rows = c.rows()
+    try:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stored, json.dumps(rows.to_dict("records")))
+    except (OSError, TypeError, ValueError):  # a read-only cache, or a value JSON cannot hold: computed each time
+        pass
+    return rows
 
 
 def unique_labels(labels: list[str], files: list[str]) -> list[str]:
