@@ -4,14 +4,18 @@ a cell error, naming the case and the report."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 from pathlib import Path
 
 import papermill
 import pytest
+import yaml
 
-from workbench.regress import TAKEN, load_suite, run_regress
+from workbench.regress import TAKEN, Fixture, demo_flags, load_suite, make_fixture, run_regress
+from workbench.storage.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "notebooks" / "regress.yaml"
@@ -86,11 +90,75 @@ def test_a_baseline_taken_in_this_checkout_names_its_commit():
 
 
 @pytest.fixture(scope="module")
-def regress_run(tmp_path_factory):
-    """The real suite, run once for this module: its report and what the say() callback printed."""
+def demo_run(tmp_path_factory):
+    """`make demo`'s whole chain at the suite's setup options (the real model): the CLI, the eval of the four
+    methods, the inspector notebook executed into the run and the static dashboard. The demo test checks it and
+    every case of the suite reads it, so the model runs once for both; the demo's other notebooks run as cases."""
+    from workbench.apps import demo
+    from workbench.apps.cli import main
+
+    (setup,) = load_suite(SUITE).fixtures
+    out = tmp_path_factory.mktemp("demo")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.setattr(demo, "DEMO_NOTEBOOKS", {k: v for k, v in demo.DEMO_NOTEBOOKS.items()
+                                              if k == "01_trajectory_inspector"})
+        rc = main(["demo", "--out", str(out), *demo_flags(setup.demo or {})])
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    return rc, printed.getvalue(), runs
+
+
+@pytest.fixture(scope="module")
+def regress_run(demo_run, tmp_path_factory):
+    """The real suite over the demo run (its setup entry given as that run), run once for this module: its report
+    and what the say() callback printed."""
+    rc, printed, runs = demo_run
+    assert rc == 0 and len(runs) == 1, printed
+    spec = yaml.safe_load(SUITE.read_text(encoding="utf-8"))
+    spec["setup"] = [{"name": spec["setup"][0]["name"], "run": str(runs[0])}]
+    work = tmp_path_factory.mktemp("regress")
+    config = work / "regress.yaml"
+    config.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     lines: list[str] = []
-    report = run_regress(SUITE, out=tmp_path_factory.mktemp("regress") / "regress", say=lines.append)
+    report = run_regress(config, out=work / "regress", say=lines.append, notebooks_dir=SUITE.parent,
+                         baselines_dir=SUITE.parent / "baselines")
     return report, lines
+
+
+@pytest.mark.slow
+def test_demo_writes_a_run_and_executes_the_notebook(demo_run):
+    """`make demo` on a small budget: the summary it prints, the run's files, the four methods' metrics (the KG
+    method, and the search agent with the shipped adapter), the inspector notebook's outputs and the dashboard."""
+    rc, printed, (run_path,) = demo_run
+    assert rc == 0
+    assert "cover-EM" in printed and "search_r1" in printed and "direct" in printed
+    run = open_run(run_path)
+    for f in ("config.json", "trajectories.parquet", "metrics.json", "examples.jsonl"):
+        assert (run.path / f).exists(), f
+    metrics = run.metrics()
+    group = run.config["eval"]["group_size"]
+    assert set(metrics["methods"]) == {"direct", "search_r1", "search_r1+lora", "dynasearcher"}
+    assert metrics["methods"]["direct"]["n"] == 2 * group and metrics["methods"]["direct"]["n_searches"] == 0
+    assert run.config["eval"]["adapter"].endswith("data/adapters/search_r1-sft-grpo")
+    assert run.config["methods"]["search_r1"]["protocol"]["observation_mode"] == "chat"  # the layout it learned
+    assert len(run.trajectories()) == 2 * group * 4  # 2 questions x the group x 4 methods
+    assert metrics["notebooks"]["01_trajectory_inspector"]["status"] == "ok" and (run.path / "dashboard.html").exists()
+    nb_dir = run.path / "notebooks" / "01_trajectory_inspector"
+    nb_metrics = json.loads((nb_dir / "metrics.json").read_text())
+    assert nb_metrics["n_trajectories"] == 2 * group * 4
+    assert nb_metrics["direct.n_searches"] == 0.0
+    assert (nb_dir / "metrics_by_method.html").exists()
+    executed = json.loads((run.path / "notebooks" / "01_trajectory_inspector.ipynb").read_text())
+    assert any(c.get("outputs") for c in executed["cells"] if c["cell_type"] == "code")
+
+
+def test_a_demo_setup_that_fails_names_its_command_and_log(tmp_path):
+    """The suite's `demo:` setup runs `workbench demo` in a subprocess (the tests above give the suite the demo run
+    they made): a failing one is one error naming the command and its log, with the log's tail."""
+    with pytest.raises(RuntimeError, match=r"setup 'bad': `workbench.apps.cli demo --no-notebooks .*--limit 0` "
+                                           r"failed \(exit 2\); log .*bad\.log") as e:
+        make_fixture(Fixture("bad", {"limit": 0}), tmp_path)
+    assert "--limit: expected a whole number >= 1" in str(e.value)  # the log's tail says why
 
 
 @pytest.mark.slow

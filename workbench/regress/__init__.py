@@ -28,7 +28,7 @@ from workbench.regress.results import (
     lookup,
 )
 from workbench.regress.run import default_jobs, execute_case, provenance, run_regress, write_baseline
-from workbench.regress.suite import Case, Fixture, Suite, Tolerance, load_suite, make_fixture
+from workbench.regress.suite import Case, Fixture, Suite, Tolerance, demo_flags, load_suite, make_fixture
 
 __all__ = [
     "ERROR",
@@ -47,6 +47,7 @@ __all__ = [
     "Tolerance",
     "compare",
     "default_jobs",
+    "demo_flags",
     "execute_case",
     "load_suite",
     "lookup",

@@ -283,6 +283,23 @@ def _fill(obj: Any, ctx: dict[str, Any]) -> Any:
 # --------------------------------------------------------------------------- fixtures
 
 
+def demo_flags(options: dict[str, Any]) -> list[str]:
+    """A setup entry's ``demo`` options as ``workbench demo`` flags (``max_turns: 3`` -> ``--max-turns 3``; ``true``:
+    the bare flag; ``false`` or null: left out).
+
+    >>> demo_flags({"limit": 2, "max_new_tokens": 64, "no_kg": True, "seed": 0, "model": None, "device": False})
+    ['--limit', '2', '--max-new-tokens', '64', '--no-kg', '--seed', '0']
+    """
+    flags: list[str] = []
+    for k, v in options.items():
+        flag = "--" + str(k).replace("_", "-")
+        if v is True:
+            flags.append(flag)
+        elif v is not False and v is not None:  # by identity: 0 == False, and `seed: 0` is a value
+            flags += [flag, str(v)]
+    return flags
+
+
 def make_fixture(fx: Fixture, root: Path) -> Path:
     """The run directory of fixture ``fx`` (made under ``root/<name>/`` for ``demo``)."""
     from workbench.storage.runs import list_runs
@@ -293,13 +310,8 @@ def make_fixture(fx: Fixture, root: Path) -> Path:
         return Path(fx.run)
     out = root / fx.name
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "workbench.apps.cli", "demo", "--no-notebooks", "--out", str(out)]
-    for k, v in (fx.demo or {}).items():
-        flag = "--" + str(k).replace("_", "-")
-        if v is True:
-            cmd.append(flag)
-        elif v not in (False, None):
-            cmd += [flag, str(v)]
+    cmd = [sys.executable, "-m", "workbench.apps.cli", "demo", "--no-notebooks", "--out", str(out),
+           *demo_flags(fx.demo or {})]
     log = root / f"{fx.name}.log"
     with open(log, "w", encoding="utf-8") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=fx.timeout).returncode
