@@ -657,13 +657,47 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def _methods_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", default=None, help="show one method's whole declaration (default: list them all)")
+    p.add_argument("name", nargs="?", default=None, help="show one method's whole declaration (default: list them "
+                   "all); `new NAME` writes a new method's package and its test")
+    p.add_argument("new_name", nargs="?", default=None, metavar="NAME", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--title", default=None, help="with new: the paper's title")
+    p.add_argument("--citation", default=None, help="with new: authors and year, e.g. 'Song et al., 2025'")
+    p.add_argument("--arxiv", default=None, help="with new: the paper's arXiv id, e.g. 2503.05592")
+    p.add_argument("--summary", default=None, help="with new: what the method changes, in one sentence")
+    p.epilog = ("workbench methods new my_searcher --title '...' --citation 'Doe et al., 2026' --arxiv 2601.01234\n"
+                "  writes workbench/methods/my_searcher/ (declaration, reward) and tests/test_my_searcher.py;\n"
+                "  `workbench methods` lists it and `make test` tests it, no other file touched")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def methods_command(args: argparse.Namespace) -> int:
     from workbench.methods import get_method, method_names
 
+    if args.name == "new":
+        from workbench.apps.scaffold import new_method
+        from workbench.util.paths import repo_root
+
+        if not args.new_name:
+            print("error: workbench methods new NAME: give the new method's name (e.g. my_searcher)", file=sys.stderr)
+            return 2
+        try:
+            files = new_method(args.new_name, repo_root(), args.title or "", args.citation or "", args.arxiv or "",
+                               args.summary or "")
+        except (ValueError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        root = repo_root()
+        for f in files:
+            print(f"wrote {f.relative_to(root)}")
+        print(f"next: `workbench methods {args.new_name}` shows it; `.venv/bin/python -m pytest tests/test_"
+              f"{args.new_name}.py` tests it; make it the paper's in workbench/methods/{args.new_name}/ "
+              "(docs/howto/add-method.md)")
+        return 0
+    if args.new_name:
+        print(f"error: workbench methods {args.name} {args.new_name}: one NAME shows a method; "
+              "`workbench methods new NAME` writes one", file=sys.stderr)
+        return 2
     if args.name:
         m = get_method(args.name)
         d = {**m.summary(), "title": m.title, "citation": m.citation, "protocol_kwargs": dict(m.protocol_kwargs),
