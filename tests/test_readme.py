@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 GUIDE = README + "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").rglob("*.md")))
@@ -68,3 +70,20 @@ def test_the_readme_is_a_front_door():
     assert links, "the README links no page of the guide"
     for link in links:
         assert (ROOT / link).is_file(), link
+
+
+@pytest.mark.slow
+def test_the_readme_ask_example_is_answered_right(tmp_path):
+    """The README's `workbench ask` example is a question the shipped adapter answers (greedy, the fp32 engine: the
+    path every CPU takes alike), and the verdict says so."""
+    import subprocess
+    import sys
+
+    line = next(line for line in README.splitlines() if "**`workbench ask " in line)
+    question, gold = re.search(r'workbench ask "([^"]+)" --answer (\w+)', line).groups()
+    done = subprocess.run([sys.executable, "-m", "workbench.apps.cli", "ask", question, "--answer", gold,
+                           "--rollout-engine", "fp32", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict:"))
+    assert verdict.startswith("verdict: correct") and f"gold: {gold}" in verdict, done.stdout[-2000:]
