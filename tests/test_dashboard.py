@@ -518,6 +518,10 @@ def test_metrics_json_of_runs_is_read_as_summaries(runs_root):
     s = q.summary_metrics(runs_root).set_index(["run_id", "method"])
     summary = json.loads((runs_root / RUN_B / "metrics.json").read_text())["methods"]["search_r1"]
     assert s.loc[(RUN_B, "search_r1"), "f1"] == pytest.approx(summary["f1"]) == pytest.approx(2 / 3)
+    # an answer's own latency and what an answer costs (the CLI's s/answer) are two columns with two names
+    assert s.loc[(RUN_B, "search_r1"), "latency_s"] == pytest.approx(summary["seconds"])
+    assert s.loc[(RUN_B, "search_r1"), "wall_s_per_answer"] == pytest.approx(summary["wall_seconds_per_answer"])
+    assert "seconds" not in s.columns
 
 
 # --------------------------------------------------------------------------- failed trajectories

@@ -40,7 +40,11 @@ from workbench.util.io import read_jsonl
 #: Answer metrics of eval runs (trajectory columns written by ``write_eval_run``).
 ANSWER_METRICS = ("em", "cem", "f1", "format_ok")
 #: Summary keys shown per method, from ``metrics.json`` (``{"methods": {method: summary}}``).
-SUMMARY_METRICS = ("n", "em", "cem", "f1", "n_searches", "tokens", "seconds", "valid_actions", "answered", "format_ok")
+SUMMARY_METRICS = ("n", "em", "cem", "f1", "n_searches", "tokens", "latency_s", "wall_s_per_answer", "valid_actions",
+                   "answered", "format_ok")
+#: ``summary_metrics`` columns read from another key of a method's summary: an answer's own time is its latency (answers
+#: generated together overlap), the method's wall time over its answers is what an answer costs (the CLI's s/answer).
+_SUMMARY_KEYS = {"latency_s": "seconds", "wall_s_per_answer": "wall_seconds_per_answer"}
 #: Files a run of each kind is expected to have (a missing one is reported in ``error``).
 EXPECTED_FILES = {"eval": (TRAJECTORIES, METRICS), "train": (STEP_METRICS,)}
 
@@ -654,8 +658,11 @@ def curve_metrics(curves: pd.DataFrame) -> list[str]:
 
 
 def _summary_value(summary: dict[str, Any], key: str) -> Any:
-    """``summary[key]``; an eval run written before ``n_searches`` had its one name calls it ``searches``."""
-    return summary.get(key, summary.get("searches")) if key == "n_searches" else summary.get(key)
+    """``summary[key]`` (under its summary name, :data:`_SUMMARY_KEYS`); an eval run written before ``n_searches`` had
+    its one name calls it ``searches``."""
+    if key == "n_searches":
+        return summary.get(key, summary.get("searches"))
+    return summary.get(_SUMMARY_KEYS.get(key, key))
 
 
 def summary_metrics(runs_dir: str | os.PathLike) -> pd.DataFrame:

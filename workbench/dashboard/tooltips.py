@@ -30,6 +30,9 @@ COLUMN_TIPS = {
     "invalid": "mean n_invalid: invalid actions per trajectory",
     "finished_by_answer": "share of trajectories that ended with an answer (finish_reason = answer)",
     "row": "position of the trajectory in trajectories.parquet",
+    "latency_s": "mean seconds of an answer, from its first generation call to its end; answers generated together "
+                 "in a batch overlap, so this is not what an answer costs (see wall_s_per_answer)",
+    "wall_s_per_answer": "the method's wall time divided by its answers: what an answer costs (the CLI's s/answer)",
 }
 MEAN_COLUMNS = ("em", "cem", "f1", "format_ok", "answered", "n_searches")
 
