@@ -568,6 +568,7 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = N
         inner = [a for a in typing.get_args(hint) if a is not type(None)] if optional else []
         kind = hint if hint in (int, float, str) else (inner[0] if len(inner) == 1 and inner[0] in (int, float, str)
                                                        else _json_arg)
+        choices = typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None  # a choice of names
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         text = docs.get(f.name, "").replace("``", "").replace("%", "%%")
         rule = getattr(cls, "RANGES", {}).get(f.name)
@@ -575,6 +576,8 @@ def _config_flags(p: argparse.ArgumentParser, cls: type, fields: list | None = N
             kind = _in_range(kind, rule)
         kw: dict[str, Any] = {"dest": f.name, "type": kind, "default": None,
                               "help": f"{text} (default: {json.dumps(default, default=str)})"}
+        if choices:
+            kw.update(type=str, choices=choices, metavar="{" + ",".join(choices) + "}")
         kw.update((flags or {}).get(f.name, {}))
         if kw.get("action") == "store_true":  # a switch: no value
             kw.pop("type")

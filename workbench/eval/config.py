@@ -23,6 +23,7 @@ import textwrap
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from workbench.core.choices import RolloutEngine
 from workbench.protocols.base import protocol_takes
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ class EvalConfig:
     into batches that fit (None: 256 MiB on a CPU, which keeps a real-data eval of the default model under 2 GB;
     larger batches are faster where memory allows; no limit on an accelerator)."""
 
-    rollout_engine: str = "auto"
+    rollout_engine: RolloutEngine = "auto"
     """What generates the rollouts from a loaded model (``workbench.rollout.backends.quant``): ``fp32`` (the exact HF
     backend), ``int4`` (int4 weights for decode steps, bf16 for prefill, the adapter unmerged; on a CPU), ``graph``
     (the LoRA merged for each call and the decode step replayed as a CUDA graph; on CUDA), ``auto`` (``graph`` on CUDA,

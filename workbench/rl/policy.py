@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from workbench.core.choices import AMP_MODES
 from workbench.core.models import DEFAULT_MODEL, load_policy, portable_model_name
 from workbench.rollout.lora_serving import check_adapter_files, check_adapter_fits
 
@@ -51,7 +52,6 @@ DEFAULT_TARGETS: dict[str, list[str]] = {
 _HAS_MLP = {t for t, v in DEFAULT_TARGETS.items() if v is ATTN_TARGETS}
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
-AMP_MODES = ("auto", "bf16", "off")
 
 
 # ---------------------------------------------------------------------------- logprob kernels

@@ -25,12 +25,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.core.choices import ROLLOUT_BACKENDS
+
 if TYPE_CHECKING:
     from workbench.rl.policy import LoRAPolicy
     from workbench.rollout.backends.base import Backend
-
-
-ROLLOUT_BACKENDS = ("hf", "openai", "vllm")
 
 
 def make_rollout_backend(config: Any, policy: LoRAPolicy) -> Backend:

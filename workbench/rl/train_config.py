@@ -19,6 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from workbench.core.choices import (
+    AMP_MODES,
+    MICRO_BATCHING,
+    ROLLOUT_BACKENDS,
+    ROLLOUT_ENGINES,
+    Amp,
+    MicroBatching,
+    RolloutBackend,
+    RolloutEngine,
+)
 from workbench.rl.trackers import tracker_names
 from workbench.util.io import loads_yaml
 from workbench.util.kinds import kinds_error
@@ -156,7 +166,7 @@ class TrainConfig:
     """Max global gradient norm (0 = no clipping)."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation; does not change the gradient)."""
-    micro_batching: str = "bucket"
+    micro_batching: MicroBatching = "bucket"
     """How rows form micro-batches (none changes the gradient): ``sequential`` (batch order), ``bucket`` (sorted
     by length: less padding), ``shared_prefix`` (one group's rows together, their shared prompt run once with
     gradient: ``workbench.rl.shared_prefix``)."""
@@ -164,7 +174,7 @@ class TrainConfig:
     """Recompute each decoder layer's activations in backward instead of keeping them (less memory for long
     sequences, about one more forward of the body per update; ``workbench.rl.memory`` measures it). Not with
     ``micro_batching="shared_prefix"`` (checkpointed layers drop the shared prompt's key/value cache)."""
-    amp: str = "auto"
+    amp: Amp = "auto"
     """Mixed precision of the training forward: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``bf16`` (autocast
     on any device) or ``off``. LoRA weights and their optimizer state stay fp32; the logprobs' log-softmax is
     fp32 (``workbench.rl.policy``)."""
@@ -205,13 +215,13 @@ class TrainConfig:
     """Stop with an error when more than this share of a step's trajectories have a failed (NaN)
     reward (a judge, tool or backend that failed); failed ones get advantage 0 until then."""
 
-    rollout_backend: str = "hf"
+    rollout_backend: RolloutBackend = "hf"
     """What generates the rollouts (``workbench.rl.rollout_sync``): ``hf`` (the trained model in this process),
     ``openai`` (an OpenAI-compatible server at ``server`` that loads LoRA adapters at run time: vLLM with
     --enable-lora, or ``python -m workbench.rollout.server --enable-lora``; the adapter is saved and loaded there
     whenever it changed), ``vllm`` (a colocated vllm.LLM with enable_lora, a new LoRARequest per adapter; needs
     CUDA; not yet run on hardware)."""
-    rollout_engine: str = "auto"
+    rollout_engine: RolloutEngine = "auto"
     """How the ``hf`` rollout backend runs the policy (``workbench.rollout.backends.quant``): ``fp32`` (the trained
     model itself, exact), ``int4`` (a copy with int4 weights for decode steps and bf16 for prefill, the live LoRA
     unmerged; the update's logprobs stay fp32, ``rollout_logprob_diff`` logs the gap and ``tis_cap`` corrects it),
@@ -312,9 +322,6 @@ class TrainConfig:
         self._check_engines(bad)
 
     def _check_engines(self, bad: Any) -> None:
-        from workbench.rl.rollout_sync import ROLLOUT_BACKENDS
-        from workbench.rl.update import MICRO_BATCHING
-
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise bad("rollout_backend", f"{self.rollout_backend!r} is not one of {ROLLOUT_BACKENDS}")
         if self.rollout_backend == "openai" and not self.server:
@@ -323,10 +330,8 @@ class TrainConfig:
         if self.server and self.rollout_backend != "openai":
             raise bad("server", f"a server URL is only used with rollout_backend='openai' (got {self.rollout_backend!r}); "
                       "add --rollout-backend openai or drop --server")
-        from workbench.rollout.backends import ENGINES
-
-        if self.rollout_engine not in ENGINES:
-            raise bad("rollout_engine", f"{self.rollout_engine!r} is not one of {ENGINES}")
+        if self.rollout_engine not in ROLLOUT_ENGINES:
+            raise bad("rollout_engine", f"{self.rollout_engine!r} is not one of {ROLLOUT_ENGINES}")
         if self.rollout_engine in ("int4", "graph") and self.rollout_backend != "hf":
             raise bad("rollout_engine", f"{self.rollout_engine!r} runs the in-process hf backend, not {self.rollout_backend!r}; "
                       "drop --rollout-engine or use --rollout-backend hf")
@@ -335,8 +340,6 @@ class TrainConfig:
         if self.gradient_checkpointing and self.micro_batching == "shared_prefix":
             raise bad("gradient_checkpointing", "cannot be combined with micro_batching='shared_prefix' (checkpointed "
                       "layers drop the shared prompt's key/value cache); use --micro-batching bucket or drop it")
-        from workbench.rl.policy import AMP_MODES
-
         if self.amp not in AMP_MODES:
             raise bad("amp", f"{self.amp!r} is not one of {AMP_MODES}")
         if self.tis_cap is not None and not self.tis_cap >= 1.0:

@@ -30,14 +30,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from workbench.core.choices import MICRO_BATCHING
 from workbench.rl.batch import RLBatch
 from workbench.rl.distributed import all_reduce_sum
 from workbench.rl.flops import backward_flops, forward_flops, model_shape, work_of
 from workbench.rl.losses import log_ratio, policy_loss, truncated_is_weights
 from workbench.rl.shared_prefix import common_prefix_len
 from workbench.rl.steplog import merge_micro_stats, summarize_updates
-
-MICRO_BATCHING = ("sequential", "bucket", "shared_prefix")
 
 
 @dataclass

@@ -11,11 +11,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workbench.core.choices import ROLLOUT_ENGINES
 from workbench.util.textsafe import clean_text
 
-#: ``hf``'s implementations (``--rollout-engine``; ``quant.choose_engine`` picks for ``auto``): here, not in
-#: ``quant``, so that flags and configs check a name without importing torch
-ENGINES = ("auto", "fp32", "int4", "graph")
+#: ``hf``'s implementations (``--rollout-engine``; ``quant.choose_engine`` picks for ``auto``): the ``RolloutEngine``
+#: type's values, so that flags and configs check a name without importing torch
+ENGINES = ROLLOUT_ENGINES
 
 STOP, EOS, LENGTH, ERROR = "stop", "eos", "length", "error"
 
