@@ -158,3 +158,59 @@ def _wait_rows(page, rows, n: int) -> None:
             return
         page.wait_for_timeout(100)
     assert rows.count() == n
+
+
+def test_filters_stay_when_another_run_opens_and_clear_in_one_click(filter_root, tmp_path):
+    """Opening another run (the picker, or a click on the Runs table) kept no filter and said nothing: now the
+    filters that apply to the new run stay, the count line names them, and "clear filters" resets them all."""
+    import shutil
+
+    import panel as pn
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    other = "20261124-110000-eval-filters-again"
+    shutil.copytree(filter_root / RUN, root / RUN)
+    shutil.copytree(filter_root / RUN, root / other)
+    select, section = dash._drilldown_section(root, [RUN, other])
+
+    def widgets():
+        body = section[2]._inner_layout[0]
+        (count,) = [p for p in body.select(pn.pane.HTML) if "wb-drill-count" in p.object]
+        (correct,), text = body.select(pn.widgets.RadioButtonGroup), body.select(pn.widgets.TextInput)[0]
+        clear = next(b for b in body.select(pn.widgets.Button) if b.name == "clear filters")
+        return count, correct, text, clear, body.select(pn.widgets.Tabulator)[0]
+
+    count, correct, text, _, _ = widgets()
+    select.value = RUN
+    correct.value = "wrong"
+    text.value = "Hara_Bay"
+    select.value = other
+    count, correct, text, clear, table = widgets()
+    assert (correct.value, text.value) == ("wrong", "Hara_Bay")
+    assert "<b>1</b> of 8 trajectories · answer wrong (cover-EM) · text “Hara_Bay”</div>" in count.object
+    assert table.value["row"].tolist() == [2]
+    clear.clicks += 1
+    assert (correct.value, text.value) == ("all answers", "") and "<b>8</b> trajectories" in count.object
+    assert len(table.value) == 8
+
+
+def test_the_runs_table_highlights_the_run_the_picker_opens(filter_root, tmp_path):
+    import shutil
+
+    import panel as pn
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    other = "20261124-110000-eval-filters-again"
+    for r in (RUN, other):
+        shutil.copytree(filter_root / RUN, root / r)
+    views, sections = dash._run_views(root, static=False, problems=[])
+    runs_table = views[0].select(pn.widgets.Tabulator)[0]
+    drill = dict(sections)["Trajectories"]
+    select = drill.select(pn.widgets.Select)[0]
+    ids = runs_table.value["run_id"].tolist()
+    select.value = ids[1]
+    assert runs_table.selection == [1]
+    select.value = ids[0]
+    assert runs_table.selection == [0]

@@ -397,6 +397,8 @@ def _trajectory_table(df: pd.DataFrame, pagination: str | None = "local"):
     return table
 
 
+#: The drill-down's filters before a user sets any (``clear filters`` goes back to them).
+DRILL_DEFAULTS: dict[str, Any] = {"correct": "all answers", "methods": [], "hops": [], "score": (0.0, 1.0), "text": ""}
 #: The drill-down's answer filter: label -> ``TrajectoryFilter.correct``.
 CORRECTNESS = {"all answers": None, "correct": True, "wrong": False}
 
@@ -429,18 +431,22 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
     # above the table, in a box of its own height: a click never moves the table
     transcript = pn.pane.HTML(hint, sizing_mode="stretch_width", height=compare_tab.VIEW_HEIGHT,
                               styles={"overflow-y": "auto", "border-bottom": "1px solid #ddd"})
+    # the filters a user set, kept when another run is opened (its methods and hop counts: those this run has)
+    kept: dict[str, Any] = dict(DRILL_DEFAULTS)
 
     def trajectories(run_id: str):
         total, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
         methods, hop_counts = q.run_facets(runs_dir, run_id)
-        correct = pn.widgets.RadioButtonGroup(options=list(CORRECTNESS), value="all answers")
+        correct = pn.widgets.RadioButtonGroup(options=list(CORRECTNESS), value=kept["correct"])
         # labels escaped: bokeh's MultiChoice (choices.js) renders its options' labels as HTML
         method = pn.widgets.MultiChoice(label="methods", options={html.escape(m): m for m in methods},
-                                        placeholder="all", width=300)
-        hops = pn.widgets.MultiChoice(label="hops", options={str(h): h for h in hop_counts}, placeholder="all",
-                                      width=180)
-        score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=(0.0, 1.0), step=0.05, width=180)
-        text = pn.widgets.TextInput(label="text (Enter)", placeholder="question, answer, gold or transcript", width=300)
+                                        value=[m for m in kept["methods"] if m in methods], placeholder="all", width=300)
+        hops = pn.widgets.MultiChoice(label="hops", options={str(h): h for h in hop_counts},
+                                      value=[h for h in kept["hops"] if h in hop_counts], placeholder="all", width=180)
+        score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=kept["score"], step=0.05, width=180)
+        text = pn.widgets.TextInput(label="text (Enter)", value=kept["text"],
+                                    placeholder="question, answer, gold or transcript", width=300)
+        clear = pn.widgets.Button(name="clear filters", width=110)
         page = pn.widgets.IntInput(label="page", value=1, start=1, end=1, width=140)
         prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
         count = pn.pane.HTML(sizing_mode="stretch_width")
@@ -464,6 +470,10 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
             count.object = f"<div class='wb-drill-count'>{count_line(n, total, state['filters'])}</div>"
 
         def refilter(_: Any = None) -> None:  # a filter changed: count what passes, then page 1 of it
+            if state.get("clearing"):
+                return
+            kept.update(correct=correct.value, methods=list(method.value), hops=list(hops.value),
+                        score=tuple(score.value), text=text.value)
             lo, hi = score.value
             state["filters"] = q.TrajectoryFilter(correct=CORRECTNESS[correct.value], methods=method.value,
                                                   hops=hops.value, score=None if (lo, hi) == (0.0, 1.0) else (lo, hi),
@@ -488,19 +498,32 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
             except Exception as e:  # noqa: BLE001 - shown in place of the transcript
                 transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
+        def clear_filters(_: Any = None) -> None:  # every filter back to its default, then one count
+            state["clearing"] = True
+            try:
+                correct.value, method.value, hops.value = DRILL_DEFAULTS["correct"], [], []
+                score.value, text.value = DRILL_DEFAULTS["score"], DRILL_DEFAULTS["text"]
+            finally:
+                state["clearing"] = False
+            refilter()
+
         page.param.watch(load, "value")
         for w in (correct, method, hops, score, text):
             w.param.watch(refilter, "value")
+        clear.on_click(clear_filters)
         prev.on_click(lambda _: setattr(page, "value", max(1, page.value - 1)))
         nxt.on_click(lambda _: setattr(page, "value", min(state["pages"], page.value + 1)))
         table.param.watch(show, "selection")
         paged(total)
         load()
         transcript.object = hint
-        if len(state["df"]):
+        if (correct.value, method.value, hops.value, score.value, text.value) != (
+                DRILL_DEFAULTS["correct"], [], [], DRILL_DEFAULTS["score"], DRILL_DEFAULTS["text"]):
+            refilter()  # the filters kept from the run shown before: the count line names them
+        elif len(state["df"]):
             table.selection = [0]  # the first trajectory opens at once (show() draws it)
         return pn.Column(*_features_note(failures_error), pn.Row(method, hops, score, text),
-                         pn.Row(correct, align="start"), count, pn.Row(prev, page, nxt, info), table,
+                         pn.Row(correct, clear, align="start"), count, pn.Row(prev, page, nxt, info), table,
                          sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
@@ -627,7 +650,13 @@ def _run_views(root: Path, static: bool, problems: list[str] | None) -> tuple[li
             if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.values:
                 run_select.value = runs.iloc[event.new[0]]["run_id"]
 
+        def follow(event: Any) -> None:  # a run picked in the drill-down is highlighted in the runs table
+            rows = [i for i, r in enumerate(runs["run_id"]) if r == event.new]  # table positions, as pick reads
+            if rows and runs_table.selection != [rows[0]]:
+                runs_table.selection = [rows[0]]
+
         runs_table.param.watch(pick, "selection")
+        run_select.param.watch(follow, "value")
     return [runs_view], sections
 
 
