@@ -45,6 +45,22 @@ def test_every_page_of_the_nav_is_built(site):
         assert built.is_file(), page
 
 
+def test_the_methods_page_has_every_method_its_reward_and_paper(site):
+    """Generated from the declarations: each published method's section names its paper (an arXiv link where it has
+    an id) and every reward component; the baselines are listed; a new method needs no page edit."""
+    from workbench.methods import METHODS
+
+    page = (site / "methods" / "index.html").read_text(encoding="utf-8")
+    for m in METHODS.values():
+        assert f"<code>{m.name}</code>" in page, m.name
+        if m.baseline:
+            continue
+        for fn in m.rubric().components:
+            assert f"<code>{fn.__name__}</code>" in page, (m.name, fn.__name__)
+        for arxiv in re.findall(r"arXiv:(\d{4}\.\d{4,5})", m.source):
+            assert f'href="https://arxiv.org/abs/{arxiv}"' in page, (m.name, arxiv)
+
+
 def test_the_cli_reference_has_every_command_and_flag(site):
     from workbench.apps.cli import build_parser
 
