@@ -374,3 +374,20 @@ def test_notebook_curves_redraw_after_each_step_and_the_bar_names_the_phase(tmp_
     assert shown[:3] == [1, 2, 3] and len(shown) == 4  # each step, then once after the final evaluation
     err = capsys.readouterr().err
     assert "step 1: rollouts" in err and "step 3: update of" in err
+
+
+def test_a_tie_keeps_the_later_adapter_and_counts_as_no_gain(tmp_path, tiny_model, capsys):
+    """24 validation questions tie often (a question is 0.042): a round that ties the best keeps its own, later
+    adapter (the start is no longer kept over a stage that trained and scored the same), and still counts towards
+    early_stop."""
+    class Flat(_Validated):
+        SCORES = {0: 0.5, 1: 0.5, 2: 0.5, 3: 0.4}
+
+    cfg = TrainConfig(**{**TINY, "model": tiny_model, "steps": 6, "eval_every": 1, "keep_best": "cem",
+                         "early_stop": 2})
+    run = Flat(cfg, wm.run_parts(cfg), run=tmp_path, progress=True).train()
+    sel = json.loads((run.path / "checkpoints" / "best" / "selection.json").read_text())
+    assert sel["step"] == 2 and sel["value"] == 0.5 and "tied since step 0, the latest round kept" in sel["why"]
+    out = capsys.readouterr().out
+    assert "ties the best 0.500: the later adapter is kept (1 round(s) without a gain)" in out
+    assert "early stop at step 2: 2 validation round(s) without a gain over step 0" in out

@@ -158,7 +158,9 @@ def selection_note(best: dict[str, Any]) -> dict[str, Any]:
     """What ``selection.json`` and ``metrics.json`` say of the kept checkpoint: step, metric, value, and why."""
     return {"step": best["step"], "metric": best["metric"], "value": best["value"],
             "why": f"the best greedy validation {best['metric']} ({best['value']:.3f} on {best.get('n', '?')} questions "
-                   "set aside from the training split) of the rounds every eval_every steps (keep_best)"}
+                   "set aside from the training split) of the rounds every eval_every steps (keep_best)"
+                   + (f"; tied since step {best['first']}, the latest round kept"
+                      if best.get("first", best["step"]) != best["step"] else "")}
 
 
 def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:

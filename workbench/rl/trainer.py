@@ -604,9 +604,15 @@ class Trainer:
             best = self.best
             if best is None or value > best["value"]:
                 self.best = {"step": self.step, "metric": metric, "value": value, "stale": 0,
-                             "n": int(ev["val_n"])}
+                             "n": int(ev["val_n"]), "first": self.step}
                 self.save_best()
                 mark = f"best so far (was {best['value']:.3f} at step {best['step']})" if best else "the first"
+            elif value == best["value"]:
+                # a tie on a few questions is noise: the later adapter, which trained more, is kept; no gain, so it
+                # still counts towards early_stop
+                best.update(step=self.step, stale=best["stale"] + 1)
+                self.save_best()
+                mark = f"ties the best {value:.3f}: the later adapter is kept ({best['stale']} round(s) without a gain)"
             else:
                 best["stale"] += 1
                 mark = f"best stays {best['value']:.3f} at step {best['step']} ({best['stale']} round(s) without a gain)"
@@ -705,7 +711,7 @@ class Trainer:
                     validated = self.step
                     if cfg.early_stop and self.best is not None and self.best["stale"] >= cfg.early_stop:
                         self._say(f"early stop at step {self.step}: {cfg.early_stop} validation round(s) without "
-                                  f"a gain over step {self.best['step']}")
+                                  f"a gain over step {self.best.get('first', self.best['step'])}")
                         break
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step < total:
                     self.save_checkpoint()
