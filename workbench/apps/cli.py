@@ -684,13 +684,13 @@ def methods_command(args: argparse.Namespace) -> int:
         if not args.new_name:
             print("error: workbench methods new NAME: give the new method's name (e.g. my_searcher)", file=sys.stderr)
             return 2
+        root = repo_root()
         try:
-            files = new_method(args.new_name, repo_root(), args.title or "", args.citation or "", args.arxiv or "",
+            files = new_method(args.new_name, root, args.title or "", args.citation or "", args.arxiv or "",
                                args.summary or "")
         except (ValueError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        root = repo_root()
         for f in files:
             print(f"wrote {f.relative_to(root)}")
         print(f"next: `workbench methods {args.new_name}` shows it; `.venv/bin/python -m pytest tests/test_"
