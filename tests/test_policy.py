@@ -7,6 +7,7 @@ default model (SmolLM2-135M) on CPU with sequences of at most 64 tokens and batc
 from __future__ import annotations
 
 import copy
+import json
 import logging
 
 import pytest
@@ -218,6 +219,39 @@ def test_save_and_load_adapter_tiny(tmp_path):
         assert torch.equal(pol2.model(input_ids=ids, attention_mask=am).logits, a)
     with pytest.raises(ValueError, match="r saved=4 vs policy=8"):
         LoRAPolicy(model=copy.deepcopy(fresh), r=8, alpha=8).load_adapter(d)
+
+
+def test_a_merged_init_adapter_is_saved_stacked_for_the_plain_base_and_resumes(tmp_path):
+    from peft import PeftModel
+
+    from workbench.rl.policy import TRAINED_PART
+
+    base = tiny_llama()
+    ids, am = padded_ids()
+    init = LoRAPolicy(model=copy.deepcopy(base), r=4, alpha=8, include_mlp=True)  # scale 2, attention and MLP
+    nudge_adapter(init, seed=1)
+    init_dir = init.save_adapter(tmp_path / "init")
+    pol = LoRAPolicy(model=copy.deepcopy(base), r=2, alpha=8, init_adapter=init_dir, merge_init=True)  # scale 4
+    with torch.no_grad():
+        start = init.logprobs(ids, am)
+        assert torch.allclose(pol.ref_logprobs(ids, am), start, atol=1e-10)  # the anchor is the initial policy
+    nudge_adapter(pol, seed=2)
+    d = pol.save_adapter(tmp_path / "run")
+    cfg = json.loads((d / "adapter_config.json").read_text())
+    assert cfg["r"] == 6 and cfg["lora_alpha"] == 6 and "gate_proj" in cfg["target_modules"]
+    with torch.no_grad():
+        want = pol.model(input_ids=ids, attention_mask=am).logits
+        stacked = PeftModel.from_pretrained(copy.deepcopy(base), d).eval()  # the plain base: eval, ask, a server
+        assert torch.allclose(stacked(input_ids=ids, attention_mask=am).logits, want, atol=1e-10)
+        assert not torch.allclose(pol.logprobs(ids, am), start, atol=1e-3)  # the trained part does move it
+    resumed = LoRAPolicy(model=copy.deepcopy(base), r=2, alpha=8, init_adapter=init_dir, merge_init=True)
+    resumed.load_adapter(d)  # reads TRAINED_PART, not the stacked files
+    with torch.no_grad():
+        assert torch.equal(resumed.model(input_ids=ids, attention_mask=am).logits, want)
+    with pytest.raises(FileNotFoundError, match=TRAINED_PART):
+        resumed.load_adapter(init_dir)  # a plain adapter has no trained part to resume
+    with pytest.raises(ValueError, match="r saved=6 vs policy=2"):
+        LoRAPolicy(model=copy.deepcopy(base), r=2, alpha=8).load_adapter(d)
 
 
 # ---------------------------------------------------------------------------- batches

@@ -52,6 +52,10 @@ DEFAULT_TARGETS: dict[str, list[str]] = {
 _HAS_MLP = {t for t, v in DEFAULT_TARGETS.items() if v is ATTN_TARGETS}
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+#: Where a run that merged its initial adapter keeps the trained adapter alone (:meth:`LoRAPolicy.save_adapter`).
+TRAINED_PART = "trained_part"
+#: What a stacked adapter is made of (:func:`stack_adapters`), beside its PEFT files.
+STACKED_NOTE = "stacked.json"
 
 
 # ---------------------------------------------------------------------------- logprob kernels
@@ -183,6 +187,62 @@ def default_target_modules(model: nn.Module, include_mlp: bool = False) -> list[
     return names
 
 
+# ---------------------------------------------------------------------------- stacked adapters
+def _lora_scale(cfg: dict[str, Any], where: Path) -> float:
+    """peft's scaling of one LoRA adapter's update (α / r, or α / √r with rsLoRA); a one-line error for the
+    variants whose update is not ``B @ A`` times a constant (DoRA, per-module ranks)."""
+    from workbench.rollout.lora_serving import AdapterError
+
+    for key in ("use_dora", "rank_pattern", "alpha_pattern"):
+        if cfg.get(key):
+            raise AdapterError(f"{where / ADAPTER_CONFIG}: {key} is set; only plain LoRA adapters can be stacked")
+    r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
+    return alpha / (r ** 0.5 if cfg.get("use_rslora") else r)
+
+
+def stack_adapters(first: str | os.PathLike, second: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write to ``out`` one PEFT adapter whose update is ``first``'s plus ``second``'s: their A matrices stacked and
+    their B matrices side by side, each scaled by its own α / r (rank r₁ + r₂, α = r₁ + r₂, so the scaling is 1);
+    a module only one of them adapts gets zeros for the other's rows. So base + ``out`` is base with ``first`` merged
+    plus ``second``: what a run with ``merge_init`` trained, loadable where only the plain base model is."""
+    from safetensors.torch import load_file, save_file
+
+    from workbench.util.io import atomic_write_json
+
+    dirs = [Path(first), Path(second)]
+    cfgs = [json.loads((d / ADAPTER_CONFIG).read_text()) for d in dirs]
+    scales = [_lora_scale(c, d) for c, d in zip(cfgs, dirs)]
+    ranks = [int(c["r"]) for c in cfgs]
+    parts = [load_file(str(d / ADAPTER_WEIGHTS)) for d in dirs]
+    modules = sorted({k.rsplit(".lora_", 1)[0] for w in parts for k in w if ".lora_A." in k})
+    out_w: dict[str, Tensor] = {}
+    for m in modules:
+        a_key, b_key = f"{m}.lora_A.weight", f"{m}.lora_B.weight"
+        shape_a = next(w[a_key].shape for w in parts if a_key in w)
+        shape_b = next(w[b_key].shape for w in parts if b_key in w)
+        a_rows, b_cols = [], []
+        dtype = next(w[a_key].dtype for w in parts if a_key in w)
+        for w, r, s in zip(parts, ranks, scales):
+            if a_key in w:
+                a_rows.append(w[a_key].to(dtype))
+                b_cols.append(w[b_key].to(dtype) * s)
+            else:
+                a_rows.append(torch.zeros(r, shape_a[1], dtype=dtype))
+                b_cols.append(torch.zeros(shape_b[0], r, dtype=dtype))
+        out_w[a_key], out_w[b_key] = torch.cat(a_rows, 0).contiguous(), torch.cat(b_cols, 1).contiguous()
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    save_file(out_w, str(d / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    targets = sorted(set(cfgs[0].get("target_modules") or []) | set(cfgs[1].get("target_modules") or []))
+    atomic_write_json(d / ADAPTER_CONFIG, {**cfgs[1], "r": sum(ranks), "lora_alpha": sum(ranks), "use_rslora": False,
+                                           "target_modules": targets})
+    atomic_write_json(d / STACKED_NOTE, {"first": str(dirs[0]), "second": str(dirs[1]), "ranks": ranks,
+                                         "scales": scales})
+    for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG, STACKED_NOTE):
+        (d / name).chmod(0o644)
+    return d
+
+
 # ---------------------------------------------------------------------------- the policy
 def adapter_dir(path: str | os.PathLike) -> Path:
     """The adapter directory ``path`` names: itself when it holds ``adapter_model.safetensors``, else the run
@@ -251,6 +311,8 @@ class LoRAPolicy:
         self.model.eval()
         self.tokenizer = tokenizer
         self.init_adapter = None if init is None else str(init)
+        self.merged_init: Path | None = init if merge_init else None
+        """The adapter merged into the base weights (``merge_init``): saved adapters stack it under the trained one."""
         if init is not None and not merge_init:
             self.load_adapter(init)
         self.amp_dtype: torch.dtype | None = None
@@ -399,10 +461,23 @@ class LoRAPolicy:
     # ------------------------------------------------------------------ adapter files
     def save_adapter(self, directory: str | os.PathLike) -> Path:
         """Write ``adapter_model.safetensors`` + ``adapter_config.json`` (PEFT format, loadable by
-        ``PeftModel.from_pretrained`` and vLLM's LoRA support)."""
+        ``PeftModel.from_pretrained`` and vLLM's LoRA support).
+
+        With a merged ``init_adapter`` (``merge_init``) those files hold the whole policy for the plain base model
+        (:func:`stack_adapters`: the initial adapter and the trained one as one adapter of their summed rank), so
+        ``eval``, ``ask``, a served model and an exported run need nothing else; the trained adapter alone goes
+        in ``TRAINED_PART/`` beside them, which :meth:`load_adapter` (a resumed run) reads."""
+        d = Path(directory)
+        if self.merged_init is None:
+            return self._save_own(d)
+        self._save_own(d / TRAINED_PART)
+        stack_adapters(self.merged_init, d / TRAINED_PART, d)
+        return d
+
+    def _save_own(self, d: Path) -> Path:
+        """This policy's own adapter, as peft writes it, with the base model named portably."""
         from workbench.util.io import atomic_write_json
 
-        d = Path(directory)
         self.model.save_pretrained(d, safe_serialization=True)
         for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
             if not (d / name).exists():
@@ -424,6 +499,12 @@ class LoRAPolicy:
         from safetensors.torch import load_file
 
         d = Path(directory)
+        if self.merged_init is not None:  # the trained part of a stacked adapter (save_adapter)
+            if not (d / TRAINED_PART / ADAPTER_WEIGHTS).exists():
+                raise FileNotFoundError(
+                    f"load_adapter: {d / TRAINED_PART} is missing: {d} was not saved by a run that merged its "
+                    f"--init-adapter ({self.merged_init}); resume it without --init-adapter-merge")
+            d = d / TRAINED_PART
         for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
             if not (d / name).exists():
                 raise FileNotFoundError(f"load_adapter: {d / name} is missing (expected a directory from save_adapter)")

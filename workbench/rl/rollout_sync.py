@@ -19,6 +19,8 @@ returned, and the update logs how far they are from the trainer's own (:mod:`wor
 
 from __future__ import annotations
 
+import json
+
 import shutil
 import tempfile
 import uuid
@@ -53,7 +55,9 @@ def make_rollout_backend(config: Any, policy: LoRAPolicy) -> Backend:
                              "e.g. `python -m workbench.rollout.server --enable-lora --port 8000`, or fix --server") from None
         return backend
     if kind == "vllm":
-        kw.setdefault("max_lora_rank", config.lora_r)
+        # a merged init adapter is served stacked under the trained one (LoRAPolicy.save_adapter): their summed rank
+        stacked = json.loads((policy.merged_init / "adapter_config.json").read_text())["r"] if policy.merged_init else 0
+        kw.setdefault("max_lora_rank", config.lora_r + int(stacked))
         return make_backend("vllm", config.model, tokenizer=policy.tokenizer, enable_lora=True, **kw)
     raise ValueError(f"TrainConfig.rollout_backend {kind!r} is not one of {ROLLOUT_BACKENDS}")
 
