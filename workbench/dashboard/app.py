@@ -293,14 +293,20 @@ def _unfinished_note(df: pd.DataFrame) -> list[Any]:
                  "the means over runs leave them out.", "warning")]
 
 
-def _training_section(runs_dir: Path):
+def _training_section(runs_dir: Path, static: bool = True):
+    """The training runs' curves (served: :class:`~workbench.dashboard.live_curves.LiveCurves`, overlaid, smoothed,
+    against steps or training time, following the runs as they train), then their health alarms and reports."""
     pn = _pn()
     curves = q.training_curves(runs_dir)
     names = q.curve_metrics(curves)
     if not names:
         return _box(f"No training runs (no <code>metrics.jsonl</code>) under <code>{html.escape(str(runs_dir))}</code>.",
                     "info")
-    return pn.Column(_plot(curves_figure(curves, names)), *_health_part(runs_dir), sizing_mode="stretch_width")
+    if static:
+        return pn.Column(_plot(curves_figure(curves, names)), *_health_part(runs_dir), sizing_mode="stretch_width")
+    from workbench.dashboard.live_curves import LiveCurves
+
+    return pn.Column(LiveCurves(runs_dir, curves=curves).view, *_health_part(runs_dir), sizing_mode="stretch_width")
 
 
 def _health_part(runs_dir: Path) -> list[Any]:
@@ -634,7 +640,7 @@ def _run_views(root: Path, static: bool, problems: list[str] | None) -> tuple[li
         run_select, drill = _drilldown_section(root, with_trajs)
     sections = [
         ("Compare", _safe("metric comparison", lambda: _compare_section(root, static, problems), problems)),
-        ("Training", _safe("training curves", lambda: _training_section(root), problems)),
+        ("Training", _safe("training curves", lambda: _training_section(root, static), problems)),
         ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
         ("Trajectories", drill),
         ("Question by question", _safe("question-by-question comparison", lambda: _compare_questions(root, static), problems)),
