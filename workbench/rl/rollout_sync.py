@@ -20,7 +20,6 @@ returned, and the update logs how far they are from the trainer's own (:mod:`wor
 from __future__ import annotations
 
 import json
-
 import shutil
 import tempfile
 import uuid
