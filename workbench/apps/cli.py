@@ -193,8 +193,11 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
         "  workbench eval --method search_r1 --dataset musique_ans_dev.jsonl --corpus per-question\n"
         "  workbench eval --method search_r1 --dataset nq/dev.jsonl --retrieval-url http://127.0.0.1:8000   # shared server\n"
         "  workbench eval --method dynasearcher --dataset 2wiki_dev.json --kg codex-s/train.txt entities.json relations.json\n"
+        "  workbench eval --suite search-r1 --data-dir flashrag_datasets --method search_r1+lora --adapter DIR \\\n"
+        "      --corpus wiki18.jsonl   # Search-R1's seven benchmarks, one table (Markdown, CSV, LaTeX)\n"
         "writes runs/<run_id>/ with trajectories.parquet, examples.jsonl, config.json, metrics.json (per method\n"
-        "and per hop count) and features.parquet; prints the metrics tables."
+        "and per hop count) and features.parquet; prints the metrics tables. With --suite: one run per dataset\n"
+        "and runs/<stamp>-suite-<name>/ with table.md, table.csv, table.tex and suite.json."
     )
     # every EvalConfig field is a flag, its help the field's docstring; these fields read a little differently
     _config_flags(p, EvalConfig, flags={
@@ -211,6 +214,13 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
         "allow_pickle_weights": {"action": "store_true"},
         "override_adapter": {"action": "store_true"},
     })
+    p.add_argument("--suite", default=None, metavar="NAME",
+                   help="evaluate a paper's table of datasets instead of --dataset: search-r1 (NQ, TriviaQA, PopQA, "
+                        "HotpotQA, 2Wiki, MuSiQue, Bamboogle; exact match, top-3 passages, test split else dev), read "
+                        "from --data-dir")
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="with --suite: a folder in FlashRAG's dataset layout, <dataset>/<split>.jsonl (datasets it "
+                        "lacks are named and skipped)")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--name", default=None, help="label in the run id (default: <dataset>-<methods>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -224,6 +234,8 @@ def eval_command(args: argparse.Namespace) -> int:
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalConfig) if getattr(args, f.name) is not None}
     EvalConfig(**{"dataset": "world", "model": DEFAULT_MODEL, **given})  # a bad value is said before the heavy imports
+    if args.suite is not None or args.data_dir is not None:
+        return _suite_command(args, given)
     from workbench.eval.runner import RunNotSaved, format_table, run_dir_hint, run_eval
     from workbench.util.threads import apply_threads
 
@@ -241,6 +253,34 @@ def eval_command(args: argparse.Namespace) -> int:
     print(f"\ntools took {100 * metrics['tool_share']:.2f}% of rollout time "
           f"({metrics['tool_seconds']:.2f}s of {metrics['rollout_seconds']:.1f}s)")
     print(run_dir_hint(run))
+    return 0
+
+
+def _suite_command(args: argparse.Namespace, given: dict[str, Any]) -> int:
+    """``workbench eval --suite NAME --data-dir DIR``: every dataset of the suite, then its table."""
+    from workbench.eval.suites import get_suite
+
+    if args.suite is None or args.data_dir is None:
+        raise ValueError("--suite and --data-dir go together: --suite names the table (e.g. search-r1), --data-dir "
+                         "the folder of its datasets in FlashRAG's layout (<dataset>/<split>.jsonl)")
+    if "dataset" in given:
+        raise ValueError(f"--dataset {given['dataset']} with --suite: the suite's datasets come from --data-dir; "
+                         "drop --dataset (or --suite to evaluate one file)")
+    if args.name is not None:
+        raise ValueError("--name with --suite: each dataset's run is named <dataset>-suite-<suite>; drop --name")
+    get_suite(args.suite)  # a wrong name is said before anything loads
+    from workbench.eval.suites import run_suite
+    from workbench.util.threads import apply_threads
+
+    apply_threads(args.threads)
+    from workbench.eval.config import DEFAULT_MODEL
+
+    methods, model = given.pop("methods"), given.pop("model", DEFAULT_MODEL)
+    split = given.pop("split", None)
+    folder, _ = run_suite(args.suite, args.data_dir, methods, model, out=args.out, split=split,
+                          progress=not args.no_progress, **given)
+    print("\n" + (folder / "table.md").read_text(encoding="utf-8"))
+    print(f"table written to {folder} (table.md, table.csv, table.tex, suite.json)")
     return 0
 
 

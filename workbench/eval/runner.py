@@ -409,6 +409,7 @@ def run_eval(
     name: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = _print,
+    loaded: dict[tuple[Any, ...], tuple[Backend, str, str]] | None = None,
     **options: Any,
 ) -> Run:
     """Evaluate ``methods`` on ``dataset`` with ``model`` and write an eval run; returns the Run.
@@ -422,6 +423,8 @@ def run_eval(
         name: label in the run id (default ``<dataset>-<methods>``).
         progress: tqdm progress bars during rollouts.
         log: where phase messages go (default print; None = quiet).
+        loaded: models loaded by earlier calls, by what loads them (model, adapter, engine, device...): a call
+            that needs one of them takes it instead of loading it again (a suite's datasets share one model).
         **options: the other :class:`~workbench.eval.config.EvalConfig` fields: ``limit``, ``split``,
             ``retriever``, ``corpus``, ``group_size``, ``temperature``, ``max_turns``,
             ``max_new_tokens``, ``seed``, ``device``, ``skip_unavailable``.
@@ -472,7 +475,14 @@ def run_eval(
     t0 = time.perf_counter()
     engine = None
     if backend is None:
-        backend, engine, what = load_backend(cfg)
+        key = (cfg.model, cfg.adapter, cfg.rollout_engine, cfg.device, cfg.batch_mib, cfg.allow_pickle_weights)
+        if loaded is not None and key in loaded:
+            backend, engine, what = loaded[key]
+            what += ", loaded for an earlier dataset"
+        else:
+            backend, engine, what = load_backend(cfg)
+            if loaded is not None:
+                loaded[key] = (backend, engine, what)
     else:
         what = f"{model_name} (given backend)"
     timings["model_s"] = time.perf_counter() - t0
