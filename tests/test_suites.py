@@ -4,6 +4,7 @@ six of Search-R1's seven datasets: PopQA left out), the table's arithmetic, and 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -100,6 +101,10 @@ def test_the_suite_runs_the_real_model_once_over_every_dataset_the_folder_has(tm
         config = json.loads((Path(run) / "config.json").read_text())
         assert config["eval"]["protocol_kwargs"]["top_k"] == 3 and config["n_passages"] == 8, name
         assert config["split"] == ("dev" if name in ("hotpotqa", "2wikimultihopqa", "musique") else "test"), name
+        card = json.loads((Path(run) / "card.json").read_text())  # the eval card, with the files' hashes
+        assert len(card["model"]["sha256"]) == 64 and card["retrieval"]["n_passages"] == 8
+        assert card["retrieval"]["sha256"] == hashlib.sha256((FOLDER / "wiki.jsonl").read_bytes()).hexdigest()
+        assert card["data"]["sha256"] == hashlib.sha256(Path(config["dataset_path"]).read_bytes()).hexdigest()
     for d in js["datasets"]:
         assert all(row["cells"][d["name"]]["n"] == 1 for row in js["rows"].values())
     md = (folder / "table.md").read_text()

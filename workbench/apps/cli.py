@@ -696,6 +696,49 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- compare
+
+
+def _compare_args(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = (
+        "examples:\n"
+        "  workbench compare runs/<eval A> runs/<eval B> --method search_r1+lora\n"
+        "  workbench compare RUN RUN --a search_r1 --b search_r1+lora --metric f1   # two methods of one run\n"
+        "pairs the two sides by question (per hop count and overall: both means with 95% intervals, the difference\n"
+        "B - A with its paired bootstrap interval). The runs' eval cards (card.json) must agree on every setting\n"
+        "that changes a score (model weights, adapter, data and split, corpus and retriever, top-k and the other\n"
+        "protocol arguments, the prompt, sampling, turn and token budgets); else it refuses and names them."
+    )
+    p.add_argument("run_a", metavar="RUN_A", help="an eval run directory (side A)")
+    p.add_argument("run_b", metavar="RUN_B", help="an eval run directory (side B; may be RUN_A)")
+    p.add_argument("--method", default=None, help="the method on both sides (as the runs label it, e.g. search_r1+lora)")
+    p.add_argument("--a", default=None, metavar="METHOD", help="side A's method (default: --method)")
+    p.add_argument("--b", default=None, metavar="METHOD", help="side B's method (default: --method, else --a)")
+    p.add_argument("--metric", default="cem", help="a trajectories.parquet column such as em, cem, f1 (default: %(default)s)")
+    p.add_argument("--allow-different", action="store_true",
+                   help="compare even when the cards differ in a score-changing setting (each is printed above the table)")
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from workbench.eval.card import describe
+    from workbench.eval.compare_runs import compare_runs
+
+    a = args.a or args.method
+    if a is None:
+        raise ValueError("name the method: --method M for both sides, or --a M and --b M")
+    for d in (args.run_a, args.run_b):
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"{d}: no such run directory (give eval run directories workbench eval wrote)")
+    r = compare_runs(args.run_a, args.run_b, a, args.b or args.method or a, args.metric, args.allow_different)
+    if r.differences:
+        print(f"WARNING: the runs were not measured alike (--allow-different): {describe(r.differences)}")
+    if r.code[0] != r.code[1]:
+        print(f"code: A at {r.code[0]}, B at {r.code[1]}")
+    print(r.table)
+    return 0
+
+
 # --------------------------------------------------------------------------- methods
 
 
@@ -1010,6 +1053,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "sft": (_sft_args, sft_command, "LoRA SFT on expert traces and rejection samples (the cold start before RL); writes a run"),
     "report": (_report_args, report_command,
                "what happened in a training run: start against end by hop count, questions fixed and broken, alarms"),
+    "compare": (_compare_args, compare_command,
+                "two eval runs paired by question, once their eval cards show they were measured alike"),
     "methods": (_methods_args, methods_command, "list the published methods (protocol, tools, reward, optimizer, paper)"),
     "world": (_world_args, world, "build (or load from cache) the synthetic world and print its statistics"),
     "dashboard": (_dashboard_args, dashboard, "serve the Panel dashboard over runs/ on 127.0.0.1 (or --static FILE)"),

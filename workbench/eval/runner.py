@@ -518,10 +518,20 @@ def run_eval(
                if served is not None else {}),
             "eval": cfg.to_dict(), "rollout": cfg.rollout_config().to_dict(), "rollout_engine": engine})
         write_eval_run(run, results, data.examples, features=True, timings=timings)
+        write_card(run, {e.label: e.protocol for e in runnable}, len(data.examples))
     except OSError as e:
         raise RunNotSaved(e, run, out, results) from None
     report_run(run, cfg.report_to, say=log)  # a copy for the --report-to trackers, read from the run's files
     return run
+
+
+def write_card(run: Run, protocols: dict[str, Protocol], n_questions: int) -> None:
+    """The run's eval card (:mod:`workbench.eval.card`): its settings, with hashes of the files it read."""
+    from workbench.eval.card import CARD_FILE, build_card
+    from workbench.util.gitinfo import code_version
+    from workbench.util.io import atomic_write_json
+
+    atomic_write_json(run.path / CARD_FILE, build_card(run.config, protocols, code_version(), n_questions=n_questions))
 
 
 class RunNotSaved(OSError):

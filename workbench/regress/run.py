@@ -294,21 +294,9 @@ def provenance(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     """Where a baseline is taken: the git commit of ``repo`` (default: this package's checkout; None outside a
     git checkout), whether the tree had uncommitted changes, the date and the machine."""
     import platform
-    import subprocess
 
+    from workbench.util.gitinfo import code_version
     from workbench.util.threads import available_cores
 
-    cwd = Path(repo) if repo else Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "--short=12", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": bool(status) if status is not None else None,
-            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+    return {**code_version(repo), "date": _dt.datetime.now().isoformat(timespec="seconds"),
             "machine": f"{platform.machine()}, {available_cores()} cores, Python {platform.python_version()}"}
