@@ -372,6 +372,7 @@ def test_served_dashboard_shows_gold_answers_and_opens_a_pair_in_chromium(runs_r
         verdict.wait_for(timeout=30_000)
         assert "gold" in verdict.inner_text()
         assert page.locator(".tabulator-col-title", has_text="gold").count() >= 1
+        assert page.get_by_text("eval card: what these scores were measured with").count() >= 1  # folded, above
         page.locator(".bk-tab", has_text="Question by question").click()
         summary = page.locator(".wb-diff-summary").first
         summary.wait_for(timeout=30_000)

@@ -95,3 +95,12 @@ def test_file_hashes_are_the_bytes_hash_and_follow_a_change(tmp_path, monkeypatc
     f.write_text('{"id": "0", "contents": "b"}\n')
     assert cards.file_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()
     assert cards.file_sha256(tmp_path / "missing") is None and cards.file_sha256(tmp_path) is None
+
+
+def test_the_dashboard_shows_a_runs_card_in_its_drill_down(runs):
+    from workbench.dashboard import app as dash
+
+    html = dash._card_part(runs["a"].parent, runs["a"].name).objects[0].object
+    assert "budgets.max_turns" in html and "methods.search_r1.prompt_sha256" in html and "SQuAD" in html
+    rows = dict(cards.card_rows(cards.read_card(runs["a"])))
+    assert len(rows["methods.search_r1.prompt_sha256"]) == 12 and rows["data.n_questions"] == "3"

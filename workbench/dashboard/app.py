@@ -528,12 +528,27 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
             refilter()  # the filters kept from the run shown before: the count line names them
         elif len(state["df"]):
             table.selection = [0]  # the first trajectory opens at once (show() draws it)
-        return pn.Column(*_features_note(failures_error), pn.Row(method, hops, score, text),
+        return pn.Column(*_features_note(failures_error), _card_part(runs_dir, run_id), pn.Row(method, hops, score, text),
                          pn.Row(correct, clear, align="start"), count, pn.Row(prev, page, nxt, info), table,
                          sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
     return run_select, pn.Column(run_select, transcript, pn.panel(body), sizing_mode="stretch_width")
+
+
+def _card_part(runs_dir: Path, run_id: str):
+    """The run's eval card (``workbench.eval.card``), folded: what its scores were measured with."""
+    from workbench.eval.card import card_rows, read_card
+
+    pn = _pn()
+    try:
+        card = read_card(runs_dir / run_id)
+    except (OSError, ValueError) as e:
+        return _box(f"eval card: {html.escape(str(e))}", "warning")
+    rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{html.escape(v)}</td></tr>" for k, v in card_rows(card))
+    note = "" if card.get("hashed", True) else "<p><i>Built from config.json: this run is from before eval cards (no file hashes).</i></p>"
+    return pn.Card(pn.pane.HTML(f"<div class='wb-card'>{note}<table>{rows}</table></div>", sizing_mode="stretch_width"),
+                   title="eval card: what these scores were measured with", collapsed=True, sizing_mode="stretch_width")
 
 
 def _static_drilldown_section(runs_dir: Path, run_ids: list[str]):

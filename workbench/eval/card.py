@@ -215,3 +215,21 @@ def _short(v: Any) -> str:
 def describe(diffs: list[tuple[str, Any, Any]]) -> str:
     """The differences as one line: ``setting a → b; ...``."""
     return "; ".join(f"{k} {_short(a)} vs {_short(b)}" for k, a, b in diffs)
+
+
+def card_rows(card: dict[str, Any]) -> list[tuple[str, str]]:
+    """The card flattened for a view: ``(setting, value)`` with dotted names, hashes shortened to 12 characters."""
+    out: list[tuple[str, str]] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+            return
+        if node is None or node == {}:
+            return
+        text = node if isinstance(node, str) else json.dumps(node, default=str)
+        out.append((prefix, text[:12] if prefix.endswith("sha256") else text))
+
+    walk("", card)
+    return out
