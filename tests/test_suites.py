@@ -75,6 +75,7 @@ def test_the_table_has_a_cell_per_method_and_dataset_and_the_papers_averages(two
     assert "| direct | 0.500 [0.15, 0.85] (n=4) | 0.000 [0.00, 0.66] (n=2) | 0.500 | 0.000 | 0.250 |" in md
     assert ("Not in the folder, so not in the table: PopQA (popqa/test.jsonl). So the general average is over 1 of its 3 "
             "datasets and the multi-hop average is over 1 of its 4 datasets, not the paper's.") in md
+    assert "Retrieval recall" not in md  # no question of these runs names its gold passages
     rows = list(csv.DictReader(io.StringIO(suites.to_csv(t))))
     assert {(r["method"], r["dataset"]): r["em"] for r in rows}[("direct", "musique")] == "0.000000"
     assert [r["dataset"] for r in rows if r["method"] == "direct"] == [
@@ -111,4 +112,9 @@ def test_the_suite_runs_the_real_model_once_over_every_dataset_the_folder_has(tm
     assert "| method | NQ | TriviaQA | HotpotQA | 2Wiki | MuSiQue | Bamboogle | general avg | multi-hop avg | avg |" in md
     assert "corpus" in md and "model `smollm2-135m`" in md and md in printed
     assert (folder / "table.csv").read_text().count("\n") == 1 + 2 * (6 + 3)
+    # HotpotQA's records name their supporting facts: each method's recall of them, over its one question
+    assert "Retrieval recall" in md and "| method | HotpotQA |" in md
+    recall = {m: row["cells"]["hotpotqa"]["recall"] for m, row in js["rows"].items()}
+    assert recall["direct"] == 0.0 and 0.0 <= recall["search_r1"] <= 1.0  # no search, no gold passage
+    assert js["rows"]["search_r1"]["cells"]["nq"]["recall"] is None  # NQ names no supporting facts
     assert r"\toprule" in (folder / "table.tex").read_text()

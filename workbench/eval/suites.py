@@ -6,7 +6,9 @@ Search-R1's main table (Jin et al., 2025, arXiv:2503.09516, Table 3) from a fold
 one model load, and writes one table: a row per method, a column per dataset, the general (NQ, TriviaQA, PopQA) and
 multi-hop (HotpotQA, 2Wiki, MuSiQue, Bamboogle) averages and the average over all, each cell the metric's mean with its
 question count and 95% interval (Wilson's, over questions). The averages are means of the datasets' means, as the
-paper's are, over the datasets the folder had. A dataset the folder lacks is named and skipped.
+paper's are, over the datasets the folder had. A dataset the folder lacks is named and skipped. Where a dataset's
+records name their supporting facts (HotpotQA, 2Wiki, MuSiQue in their own or FlashRAG's packaging), a second table
+gives each method's retrieval recall: the share of those gold passages its searches returned.
 
 The paper's settings are the suite's defaults: exact match (``em``) after SQuAD's answer normalisation, the top 3
 passages a search (``top_k`` for every method that takes it), the test split where the dataset has one and dev
@@ -105,6 +107,21 @@ def _cell(values: Any) -> dict[str, Any]:
     return {"mean": float(v.mean()), "n": int(len(v)), "lo": lo, "hi": hi}
 
 
+def _recall(run: str | os.PathLike, method: str) -> dict[str, Any]:
+    """The share of the gold passages (a dataset's supporting facts) the method's searches returned, over the
+    questions that have them (``features.parquet``'s ``recall``); None where no question has them."""
+    import math
+
+    from workbench.eval.paired import CompareError, run_scores
+
+    try:
+        v = run_scores(run, method, "recall")["v"]
+    except CompareError:  # a run without features
+        return {"recall": None, "recall_n": 0}
+    v = v[[not math.isnan(x) for x in v]]
+    return {"recall": float(v.mean()) if len(v) else None, "recall_n": int(len(v))}
+
+
 def suite_table(suite: Suite, runs: dict[str, str | os.PathLike], methods: Sequence[str],
                 metric: str | None = None) -> dict[str, Any]:
     """The table of a suite's eval runs (``runs``: dataset name -> its eval run): per method, a cell per dataset (mean,
@@ -118,7 +135,7 @@ def suite_table(suite: Suite, runs: dict[str, str | os.PathLike], methods: Seque
         cells: dict[str, Any] = {}
         for d in order:
             scores = run_scores(runs[d.name], m, metric)
-            cells[d.name] = _cell(scores["v"])
+            cells[d.name] = {**_cell(scores["v"]), **_recall(runs[d.name], m)}
         avgs = {}
         for g in (*GROUPS, "all"):
             means = [cells[d.name]["mean"] for d in order if g in ("all", d.group)]
@@ -156,6 +173,17 @@ def to_markdown(table: dict[str, Any], missing: Sequence[str] = (), settings: st
     for m in table["rows"]:
         lines.append("| " + " | ".join(_row_values(
             table, m, lambda c: f"{c['mean']:.3f} [{c['lo']:.2f}, {c['hi']:.2f}] (n={c['n']})")) + " |")
+    with_recall = [d for d in table["datasets"] if any(r["cells"][d["name"]].get("recall") is not None
+                                                          for r in table["rows"].values())]
+    if with_recall:
+        lines += ["", "Retrieval recall: the share of each question's gold passages (its supporting facts) that the "
+                  "method's searches returned, over the questions that name them.", "",
+                  "| method | " + " | ".join(d["label"] for d in with_recall) + " |",
+                  "|" + "|".join(["---"] + ["---:"] * len(with_recall)) + "|"]
+        for m, row in table["rows"].items():
+            cells = [row["cells"][d["name"]] for d in with_recall]
+            lines.append(f"| {m} | " + " | ".join(f"{_fmt(c.get('recall'))} (n={c.get('recall_n', 0)})" for c in cells)
+                         + " |")
     if missing:
         short = [f"the {g} average is over {have} of its {want} datasets"
                  for g, (have, want) in table.get("group_sizes", {}).items() if 0 < have < want]
@@ -168,14 +196,16 @@ def to_csv(table: dict[str, Any]) -> str:
     """One row per method and dataset (mean, n, interval), then one per average: a long table any tool reads."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["method", "dataset", "group", table["metric"], "n", "ci_low", "ci_high"])
+    w.writerow(["method", "dataset", "group", table["metric"], "n", "ci_low", "ci_high", "recall", "recall_n"])
     for m, row in table["rows"].items():
         for d in table["datasets"]:
             c = row["cells"][d["name"]]
-            w.writerow([m, d["name"], d["group"], f"{c['mean']:.6f}", c["n"], f"{c['lo']:.6f}", f"{c['hi']:.6f}"])
+            rec = "" if c.get("recall") is None else f"{c['recall']:.6f}"
+            w.writerow([m, d["name"], d["group"], f"{c['mean']:.6f}", c["n"], f"{c['lo']:.6f}", f"{c['hi']:.6f}", rec,
+                        c.get("recall_n", 0)])
         for g, v in row["averages"].items():
             if v is not None:
-                w.writerow([m, f"{g} average", g if g != "all" else "", f"{v:.6f}", "", "", ""])
+                w.writerow([m, f"{g} average", g if g != "all" else "", f"{v:.6f}", "", "", "", "", ""])
     return buf.getvalue()
 
 
