@@ -62,12 +62,13 @@ def test_a_new_method_is_listed_and_tested_with_no_other_file_touched(tmp_path):
                               Path("workbench/methods/demo_method/reward.py"), Path("tests/test_demo_method.py")}
     listed = subprocess.run(cli, cwd=tree, env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and any(line.startswith("demo_method ") for line in listed.stdout.splitlines())
-    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    own = subprocess.run([*pytest_cmd, "tests/test_demo_method.py"], cwd=tree, env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert own.returncode == 0 and "5 passed" in own.stdout, own.stdout[-3000:]
-    # the tests over every method (not the README's slow Ask example, which no method changes)
-    every = subprocess.run([*pytest_cmd, "-m", "not slow", "tests/test_methods.py", "tests/test_readme.py",
-                            "tests/test_self_contained.py"],
-                           cwd=tree, env=env, capture_output=True, text=True, timeout=600)
-    assert every.returncode == 0, every.stdout[-3000:]
+    # its own test, and the tests over every method (not the README's slow Ask example, which no method changes),
+    # in one pytest process: one start and one set of session fixtures
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
+                             "tests/test_demo_method.py", "tests/test_methods.py", "tests/test_readme.py",
+                             "tests/test_self_contained.py",
+                             "--deselect", "tests/test_readme.py::test_the_readme_ask_example_is_answered_right"],
+                            cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    assert tested.returncode == 0, tested.stdout[-3000:]
+    own = [line for line in tested.stdout.splitlines() if line.startswith("PASSED tests/test_demo_method.py::")]
+    assert len(own) == 5, tested.stdout[-3000:]
