@@ -19,8 +19,10 @@ from widgets.kg_explorer import (
     key_nodes,
     kg_explorer,
     label_lines,
+    label_places,
     labelled_nodes,
     network_layout,
+    network_traces,
 )
 from workbench.core.types import Triple
 from workbench.tools.kg.explore import Neighbourhood, TripleSet, gold_path_recall, gold_triples, neighbourhood
@@ -207,6 +209,12 @@ def test_a_label_is_drawn_where_it_fits():
     assert labelled_nodes(nb, pos, {"a"}) == {"a", "c"}  # b sits on a's label, d on c's
     assert labelled_nodes(nb, pos, {"a", "b", "d"}) == {"a", "b", "d"}  # the ones that matter at any size
     assert label_lines("A much longer name than most") == ["A much longer name", "than most"]
+    # key nodes on top of each other: each label goes where it overlaps none placed before it
+    places = label_places(nb, pos, {"a", "b", "c", "d"})
+    assert places["a"] == "top center" and places["b"] == "bottom center" and places["c"] == "top center"
+    assert places["d"] not in ("top center",)  # c's label is above the point d sits on
+    traces = network_traces(nb, pos)
+    assert traces[4]["textposition"][0] == "top center" and len(traces[4]["textposition"]) == 4
     assert label_lines("Supercalifragilisticexpialidocious") == ["Supercalifragilisticexpialidocious"]
 
 

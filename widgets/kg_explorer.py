@@ -131,44 +131,63 @@ def plot_ranges(pos: Mapping[str, tuple[float, float]]) -> tuple[list[float], li
     return ([min(xs) - PAD * span, max(xs) + PAD * span], [min(ys) - PAD * span, max(ys) + PAD_TOP * span])
 
 
-def labelled_nodes(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], key: Iterable[str]) -> set[str]:
-    """The nodes whose name is drawn: every ``key`` node (at any size), then each other node, in breadth-first order,
-    whose label would not overlap a label already placed (the others show their name on hover).
+#: Where a key node's label may go, tried in this order until one overlaps no label placed before it.
+LABEL_PLACES = ("top center", "bottom center", "middle right", "middle left")
+
+
+def label_places(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], key: Iterable[str]) -> dict[str, str]:
+    """Each labelled node and where its label goes (a plotly ``textposition``): every ``key`` node, at the first of
+    :data:`LABEL_PLACES` where its label overlaps none placed before (above, if none is free); then each other node,
+    in breadth-first order, above it where its label would overlap nothing (the others show their name on hover).
 
     The fit is an estimate: a label's box from its lines at ``LABEL_SIZE`` (0.62 em a character, 1.3 em a line,
-    2 px apart), above its node, at the scale that :func:`plot_ranges` gives a plot area ``HEIGHT`` less the
+    2 px apart), beside its node, at the scale that :func:`plot_ranges` gives a plot area ``HEIGHT`` less the
     margins high and at least ``FIT_WIDTH`` wide (the plot keeps x and y at one scale)."""
     (x0, x1), (y0, y1) = plot_ranges(pos)
     scale = min((HEIGHT - MARGIN["t"] - MARGIN["b"]) / (y1 - y0), FIT_WIDTH / (x1 - x0))  # px per layout unit
     placed: list[tuple[float, float, float, float]] = []
 
-    def box(n: str) -> tuple[float, float, float, float]:
+    def box(n: str, where: str) -> tuple[float, float, float, float]:
         lines = label_lines(nb.names.get(n, n))
         w, h = 0.62 * LABEL_SIZE * max(map(len, lines)) + 2, 1.3 * LABEL_SIZE * len(lines) + 2
-        x, y = pos[n][0] * scale, pos[n][1] * scale + 6  # its bottom a few px above the marker's centre
-        return x - w / 2, x + w / 2, y, y + h
+        x, y = pos[n][0] * scale, pos[n][1] * scale
+        if where == "top center":  # its bottom a few px above the marker's centre
+            return x - w / 2, x + w / 2, y + 6, y + 6 + h
+        if where == "bottom center":
+            return x - w / 2, x + w / 2, y - 6 - h, y - 6
+        if where == "middle right":
+            return x + 8, x + 8 + w, y - h / 2, y + h / 2
+        return x - 8 - w, x - 8, y - h / 2, y + h / 2
 
     def free(b: tuple[float, float, float, float]) -> bool:
         return all(b[1] <= o[0] or o[1] <= b[0] or b[3] <= o[2] or o[3] <= b[2] for o in placed)
 
-    keys = set(key)
-    placed += [box(n) for n in nb.nodes if n in keys]
-    chosen = {n for n in nb.nodes if n in keys}
+    keys, chosen = set(key), {}
     for n in nb.nodes:
-        if n not in chosen and free(b := box(n)):
+        if n in keys:
+            where = next((w for w in LABEL_PLACES if free(box(n, w))), LABEL_PLACES[0])
+            placed.append(box(n, where))
+            chosen[n] = where
+    for n in nb.nodes:
+        if n not in chosen and free(b := box(n, LABEL_PLACES[0])):
             placed.append(b)
-            chosen.add(n)
+            chosen[n] = LABEL_PLACES[0]
     return chosen
+
+
+def labelled_nodes(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], key: Iterable[str]) -> set[str]:
+    """The nodes whose name is drawn (:func:`label_places`)."""
+    return set(label_places(nb, pos, key))
 
 
 def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], gold: TripleSet | None = None,
                    returned: TripleSet | None = None, question: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Data of the five traces (edges, returned edges, gold edges, edge hover points, nodes), in that order. The
-    :func:`key_nodes` are labelled (in bold) at any size, the others where their label fits
-    (:func:`labelled_nodes`); a label is the whole name, wrapped between words, and a node's hover starts with it."""
+    :func:`key_nodes` are labelled (in bold) at any size, each beside its node where it overlaps no other key label,
+    the others where their label fits (:func:`label_places`); a label is the whole name, wrapped between words, and a node's hover starts with it."""
     gold, returned = gold or TripleSet(), returned or TripleSet()
     key = key_nodes(nb, gold, returned, question)
-    shown = labelled_nodes(nb, pos, key)
+    shown = label_places(nb, pos, key)
     gold_e = [t for t in nb.edges if t in gold]
     ret_e = [t for t in nb.edges if t in returned and t not in gold]
     plain = [t for t in nb.edges if t not in gold and t not in returned]
@@ -200,6 +219,7 @@ def network_traces(nb: Neighbourhood, pos: Mapping[str, tuple[float, float]], go
         {
             "x": [pos[n][0] for n in nodes], "y": [pos[n][1] for n in nodes],
             "text": [label(n) for n in nodes],
+            "textposition": [shown.get(n, LABEL_PLACES[0]) for n in nodes],
             "hovertext": [hover(n) for n in nodes],
             "marker": {
                 "color": [OUTSIDE_COLOUR if nb.depth.get(n) is None else HOP_COLOURS[min(nb.depth[n], 3)] for n in nodes],
