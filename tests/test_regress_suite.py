@@ -220,3 +220,20 @@ def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path)
     executed = (tmp_path / "05.ipynb").read_text(encoding="utf-8")
     assert "cdn.holoviz.org" not in executed
     assert max(len(c.get("outputs", [])) for c in json.loads(executed)["cells"]) <= 3
+
+
+@pytest.mark.slow
+def test_the_quickstart_page_reads_as_a_reader_sees_it(regress_run):
+    """The suite's quickstart case (the real model) rendered to HTML and opened in headless Chromium, offline: the
+    transcript's verdict beside the gold answer, the metrics table's short headers, no warning, no stderr, no
+    sideways scrolling (``tests/test_notebook_pages.py`` does the same for notebooks 01-03)."""
+    from tests.test_notebook_pages import _no_warnings, _open
+    from workbench.apps.notebooks import render_html
+
+    (case,) = [c for c in regress_run[0].cases if c.name == "quickstart_tiny"]
+    executed = Path(case.executed)
+    text, _, width = _open(render_html(executed), "00")
+    _no_warnings(executed, text)
+    assert "prediction" in text and "gold" in text and "correct means cover-EM = 1" in text  # the transcript's verdict
+    assert "cover-EM" in text and "searches" in text  # the metrics table's short headers
+    assert width <= 1400
