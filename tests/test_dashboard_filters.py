@@ -152,6 +152,31 @@ def test_filters_in_the_served_page_in_chromium(filter_root, tmp_path):
         page.screenshot(path=str(tmp_path / "filters.png"), full_page=True)
 
 
+def test_the_filtered_rows_export_as_csv_and_parquet(filter_root, tmp_path):
+    """In Chromium: "wrong" set, the export buttons hand over every row that passes (all pages), as CSV and as
+    Parquet, which pandas reads back with the same rows; the export of a bad kind is one line naming the kinds."""
+    import pandas as pd
+
+    with _served_page(filter_root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        page.locator(".wb-drill-count").wait_for(timeout=30_000)
+        page.get_by_role("button", name="wrong", exact=True).click()
+        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+        got = {}
+        for kind in ("csv", "parquet"):
+            with page.expect_download(timeout=30_000) as dl:
+                page.get_by_text(f"export {kind.upper()}").click()  # the server makes the file, the browser saves it
+            path = tmp_path / dl.value.suggested_filename
+            dl.value.save_as(path)
+            got[kind] = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
+    for df in got.values():
+        assert sorted(df["row"].tolist()) == [2, 3, 4, 5] and {"question", "answer", "cem"} <= set(df.columns)
+    assert got["csv"]["question"].tolist() == got["parquet"]["question"].tolist()
+    with pytest.raises(ValueError, match="not one of"):
+        dash.export_table(got["csv"], "xlsx")
+
+
 def _wait_rows(page, rows, n: int) -> None:
     for _ in range(100):
         if rows.count() == n:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import io
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -457,6 +458,9 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
         prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
         count = pn.pane.HTML(sizing_mode="stretch_width")
         info = pn.pane.Markdown(sizing_mode="stretch_width")
+        downloads = [pn.widgets.FileDownload(callback=lambda kind=kind: export_rows(kind), filename=f"{run_id}-trajectories.{kind}",
+                                             label=f"export {kind.upper()}", button_type="light", width=130,
+                                             embed=False) for kind in EXPORT_KINDS]
         state = {"filters": q.TrajectoryFilter(), "n": total, "pages": 1,
                  "df": fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)}
         table = _trajectory_table(state["df"], pagination=None)
@@ -504,6 +508,11 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
             except Exception as e:  # noqa: BLE001 - shown in place of the transcript
                 transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
+        def export_rows(kind: str) -> io.BytesIO:
+            """Every row that passes the filters (not only this page), as the file ``kind`` names."""
+            df = fq.run_trajectory_table(runs_dir, run_id, failures=failures, filters=state["filters"])
+            return export_table(df, kind)
+
         def clear_filters(_: Any = None) -> None:  # every filter back to its default, then one count
             state["clearing"] = True
             try:
@@ -529,11 +538,28 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
         elif len(state["df"]):
             table.selection = [0]  # the first trajectory opens at once (show() draws it)
         return pn.Column(*_features_note(failures_error), _card_part(runs_dir, run_id), pn.Row(method, hops, score, text),
-                         pn.Row(correct, clear, align="start"), count, pn.Row(prev, page, nxt, info), table,
+                         pn.Row(correct, clear, *downloads, align="start"), count, pn.Row(prev, page, nxt, info), table,
                          sizing_mode="stretch_width")
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
     return run_select, pn.Column(run_select, transcript, pn.panel(body), sizing_mode="stretch_width")
+
+
+#: The files a filtered table exports to: CSV (a spreadsheet) and Parquet (pandas, DuckDB, polars).
+EXPORT_KINDS = ("csv", "parquet")
+
+
+def export_table(df: pd.DataFrame, kind: str) -> io.BytesIO:
+    """``df`` as a CSV or Parquet file in memory (what a download button hands the browser)."""
+    buf = io.BytesIO()
+    if kind == "csv":
+        buf.write(df.to_csv(index=False).encode("utf-8"))
+    elif kind == "parquet":
+        df.to_parquet(buf, index=False)
+    else:
+        raise ValueError(f"export kind {kind!r} is not one of {EXPORT_KINDS}")
+    buf.seek(0)
+    return buf
 
 
 def _card_part(runs_dir: Path, run_id: str):
