@@ -177,6 +177,28 @@ def test_the_filtered_rows_export_as_csv_and_parquet(filter_root, tmp_path):
         dash.export_table(got["csv"], "xlsx")
 
 
+def test_the_address_keeps_the_tab_run_and_filters_and_reopens_them(filter_root):
+    """In Chromium: setting "wrong" in the Trajectories tab writes it, the tab and the run into the address; the
+    address opened again (a copied link) shows the same tab, run and filters, counted."""
+    with _served_page(filter_root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        page.locator(".wb-drill-count").wait_for(timeout=30_000)
+        page.get_by_role("button", name="wrong", exact=True).click()
+        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+        for _ in range(100):
+            if "correct=wrong" in page.url and "tab=3" in page.url:
+                break
+            page.wait_for_timeout(100)
+        link = page.url
+        assert "correct=wrong" in link and "tab=3" in link and f"run={RUN}" in link, link
+        page.goto("about:blank")
+        page.goto(link, timeout=60_000)
+        page.get_by_text("4 of 8 trajectories").wait_for(timeout=60_000)  # the filter, on the run, in its tab
+        assert "answer wrong (cover-EM)" in page.locator(".wb-drill-count").inner_text()
+        assert page.locator(".bk-tab.bk-active", has_text="Trajectories").count() == 1
+
+
 def _wait_rows(page, rows, n: int) -> None:
     for _ in range(100):
         if rows.count() == n:
@@ -239,3 +261,19 @@ def test_the_runs_table_highlights_the_run_the_picker_opens(filter_root, tmp_pat
     assert runs_table.selection == [1]
     select.value = ids[0]
     assert runs_table.selection == [0]
+
+
+def test_an_address_gives_only_well_formed_filters():
+    from workbench.dashboard.address import encode, parse_filters
+
+    kinds = list(dash.CORRECTNESS)
+    assert parse_filters({"correct": "wrong", "methods": "direct,search_r1", "hops": "2,3", "f1": "0.2,1",
+                          "text": "o'hara"}, kinds) == {"correct": "wrong", "methods": ["direct", "search_r1"],
+                                                        "hops": [2, 3], "score": (0.2, 1.0), "text": "o'hara"}
+    # the address is the user's input: what does not parse is left at its default, never an error
+    assert parse_filters({"correct": "maybe", "hops": "two", "f1": "0.9,0.1"}, kinds) == {}
+    assert parse_filters({"f1": "nan,1"}, kinds) == {} and parse_filters({"text": "x" * 9999}, kinds)["text"] == "x" * 500
+    state = {"tab": 3, "run": RUN, "correct": "wrong", "methods": [], "hops": [2], "score": (0.0, 1.0), "text": ""}
+    assert encode(state, dash.DRILL_DEFAULTS) == f"tab=3&run={RUN}&correct=wrong&hops=2"
+    assert parse_filters(dict(p.split("=") for p in encode(state, dash.DRILL_DEFAULTS).split("&")), kinds) == {
+        "correct": "wrong", "hops": [2]}

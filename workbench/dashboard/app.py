@@ -422,7 +422,7 @@ def count_line(n: int, total: int, filters: q.TrajectoryFilter) -> str:
     return f"<b>{n:,}</b> of {total:,} trajectories · " + " · ".join(html.escape(a) for a in active)
 
 
-def _drilldown_section(runs_dir: Path, run_ids: list[str]):
+def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
     """Served: pick a run, filter its trajectories (answer right or wrong, methods, hop counts, an F1 range, a text),
     then pick a row of the table to see the transcript. The filters are SQL over the run's file
     (``queries.TrajectoryFilter``), and the table holds one page of ``PAGE_ROWS`` of the rows that pass, read when shown
@@ -440,6 +440,14 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
                               styles={"overflow-y": "auto", "border-bottom": "1px solid #ddd"})
     # the filters a user set, kept when another run is opened (its methods and hop counts: those this run has)
     kept: dict[str, Any] = dict(DRILL_DEFAULTS)
+    if address is not None:  # an address that names a run and filters opens on them (address.py)
+        from workbench.dashboard.address import parse_filters
+
+        kept.update(parse_filters(address.query, list(CORRECTNESS)))
+        if address.query.get("run") in run_ids:
+            run_select.value = address.query["run"]
+        address.set(run=run_select.value)
+        run_select.param.watch(lambda e: address.set(run=e.new), "value")
 
     def trajectories(run_id: str):
         total, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
@@ -484,6 +492,8 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str]):
                 return
             kept.update(correct=correct.value, methods=list(method.value), hops=list(hops.value),
                         score=tuple(score.value), text=text.value)
+            if address is not None:
+                address.set(**{k: kept[k] for k in DRILL_DEFAULTS})
             lo, hi = score.value
             state["filters"] = q.TrajectoryFilter(correct=CORRECTNESS[correct.value], methods=method.value,
                                                   hops=hops.value, score=None if (lo, hi) == (0.0, 1.0) else (lo, hi),
@@ -634,7 +644,7 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
 
     pn = _pn()
     root = Path(runs_dir) if runs_dir is not None else default_runs_dir()
-    header = pn.pane.HTML(_header_html(root), sizing_mode="stretch_width")
+    header = pn.pane.HTML(_header_html(root, not static), sizing_mode="stretch_width")
     if static:
         top, sections = _run_views(root, static, problems)
         tabs = [pn.Tabs(*sections, dynamic=False, sizing_mode="stretch_width")] if sections else []
@@ -645,23 +655,33 @@ def build_app(runs_dir: str | os.PathLike | None = None, static: bool = False, p
 
     def refresh(_: Any = None) -> None:
         on_ask = len(tabs) > 0 and tabs.objects[tabs.active] is ask
-        header.object = _header_html(root)
-        top.objects, sections = _run_views(root, static, problems)
+        header.object = _header_html(root, True)
+        top.objects, sections = _run_views(root, static, problems, address)
         tabs[:] = [*sections, ("Ask", ask)]
         if on_ask:  # the tab the question was asked in stays open
             tabs.active = len(tabs) - 1
 
+    from workbench.dashboard.address import ViewAddress
+
+    address = ViewAddress(DRILL_DEFAULTS)  # the address keeps the tab, the run and the filters (address.py)
     ask = _safe("ask", lambda: _ask_section(root, asker, ask_paths, on_saved=refresh), problems)
     refresh()
-    return pn.Column(header, top, tabs, sizing_mode="stretch_width", name="dashboard")
+    tab = address.query.get("tab", "")
+    if tab.isdigit() and int(tab) < len(tabs):
+        tabs.active = int(tab)
+    address.set(tab=tabs.active)
+    tabs.param.watch(lambda e: address.set(tab=e.new), "active")
+    return pn.Column(header, top, tabs, address.bar, sizing_mode="stretch_width", name="dashboard")
 
 
-def _header_html(root: Path) -> str:
+def _header_html(root: Path, served: bool = False) -> str:
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    return f"<h1>Workbench runs</h1>Runs root <code>{html.escape(str(root))}</code> · built {stamp}"
+    keep = " · the address keeps the tab, the run and the filters: copy it to reopen this view" if served else ""
+    return f"<h1>Workbench runs</h1>Runs root <code>{html.escape(str(root))}</code> · built {stamp}{keep}"
 
 
-def _run_views(root: Path, static: bool, problems: list[str] | None) -> tuple[list[Any], list[tuple[str, Any]]]:
+def _run_views(root: Path, static: bool, problems: list[str] | None,
+               address: Any = None) -> tuple[list[Any], list[tuple[str, Any]]]:
     """What the page shows of the runs under ``root``: the runs table (or a note that there are none) and the tabs that
     list runs, as ``(name, view)``; read anew on each call."""
     runs = q.runs_table(root)
@@ -678,7 +698,7 @@ def _run_views(root: Path, static: bool, problems: list[str] | None) -> tuple[li
     if static:
         drill = _safe("trajectories", lambda: _static_drilldown_section(root, with_trajs), problems)
     else:
-        run_select, drill = _drilldown_section(root, with_trajs)
+        run_select, drill = _drilldown_section(root, with_trajs, address)
     sections = [
         ("Compare", _safe("metric comparison", lambda: _compare_section(root, static, problems), problems)),
         ("Training", _safe("training curves", lambda: _training_section(root, static), problems)),
