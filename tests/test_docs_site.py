@@ -79,3 +79,25 @@ def test_the_pages_load_nothing_from_the_network(site):
         text = page.read_text(encoding="utf-8")
         remote = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?:)?//[^"]+"', text)
         assert not remote, (page, remote[:3])
+
+
+def test_the_results_are_pages_of_the_site(site):
+    """bench/RESULTS.md as pages: its opening (the current figures) and one page per top-level section, headings
+    without their issue numbers and dates, the figures it shows beside them; the README's current figures are there."""
+    import html as html_lib
+
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    from results_pages import RESULTS, split_results
+
+    pages = split_results(RESULTS.read_text(encoding="utf-8"))
+    assert [s for s, _, _ in pages][0] == "index" and len(pages) >= 7
+    index = (site / "results" / "index.html").read_text(encoding="utf-8")
+    assert "Current figures" in index and "make test" in index
+    for s, title, _ in pages[1:]:
+        page = (site / "results" / s / "index.html").read_text(encoding="utf-8")
+        heads = [re.sub(r"<[^>]+>", "", h) for h in re.findall(r"<h[1-4][^>]*>(.*?)</h[1-4]>", page, re.S)]
+        assert heads and html_lib.unescape(heads[0]).startswith(title), (s, heads[:1])
+        assert not [h for h in heads if re.search(r"\(issue \d+|\(\d{4}-\d{2}-\d{2}\)", h)], s
+    training = (site / "results" / "training" / "index.html").read_text(encoding="utf-8")
+    assert "seed by seed" in training and 'src="../figures/' in training
+    assert (site / "results" / "figures" / "sft_loss.svg").is_file()
