@@ -152,9 +152,10 @@ def test_filters_in_the_served_page_in_chromium(filter_root, tmp_path):
         page.screenshot(path=str(tmp_path / "filters.png"), full_page=True)
 
 
-def test_the_filtered_rows_export_as_csv_and_parquet(filter_root, tmp_path):
-    """In Chromium: "wrong" set, the export buttons hand over every row that passes (all pages), as CSV and as
-    Parquet, which pandas reads back with the same rows; the export of a bad kind is one line naming the kinds."""
+def test_the_filtered_rows_export_and_the_address_reopens_the_view(filter_root, tmp_path):
+    """In Chromium, one page: "wrong" set, the export buttons hand over every row that passes (all pages), as CSV and
+    as Parquet, which pandas reads back with the same rows; the address then holds the tab, the run and the filter,
+    and opened again (a copied link) shows the same tab, run and count."""
     import pandas as pd
 
     with _served_page(filter_root) as page:
@@ -170,22 +171,6 @@ def test_the_filtered_rows_export_as_csv_and_parquet(filter_root, tmp_path):
             path = tmp_path / dl.value.suggested_filename
             dl.value.save_as(path)
             got[kind] = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
-    for df in got.values():
-        assert sorted(df["row"].tolist()) == [2, 3, 4, 5] and {"question", "answer", "cem"} <= set(df.columns)
-    assert got["csv"]["question"].tolist() == got["parquet"]["question"].tolist()
-    with pytest.raises(ValueError, match="not one of"):
-        dash.export_table(got["csv"], "xlsx")
-
-
-def test_the_address_keeps_the_tab_run_and_filters_and_reopens_them(filter_root):
-    """In Chromium: setting "wrong" in the Trajectories tab writes it, the tab and the run into the address; the
-    address opened again (a copied link) shows the same tab, run and filters, counted."""
-    with _served_page(filter_root) as page:
-        page.wait_for_selector(".tabulator-row", timeout=60_000)
-        page.locator(".bk-tab", has_text="Trajectories").click()
-        page.locator(".wb-drill-count").wait_for(timeout=30_000)
-        page.get_by_role("button", name="wrong", exact=True).click()
-        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
         for _ in range(100):
             if "correct=wrong" in page.url and "tab=3" in page.url:
                 break
@@ -197,6 +182,11 @@ def test_the_address_keeps_the_tab_run_and_filters_and_reopens_them(filter_root)
         page.get_by_text("4 of 8 trajectories").wait_for(timeout=60_000)  # the filter, on the run, in its tab
         assert "answer wrong (cover-EM)" in page.locator(".wb-drill-count").inner_text()
         assert page.locator(".bk-tab.bk-active", has_text="Trajectories").count() == 1
+    for df in got.values():
+        assert sorted(df["row"].tolist()) == [2, 3, 4, 5] and {"question", "answer", "cem"} <= set(df.columns)
+    assert got["csv"]["question"].tolist() == got["parquet"]["question"].tolist()
+    with pytest.raises(ValueError, match="not one of"):
+        dash.export_table(got["csv"], "xlsx")
 
 
 def _wait_rows(page, rows, n: int) -> None:
