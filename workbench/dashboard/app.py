@@ -188,11 +188,11 @@ def _runs_section(runs: pd.DataFrame):
     n_err = int((runs["error"] != "").sum())
     n_incomplete = int(runs["status"].str.startswith("incomplete").sum())
     # shares of the table's width (they add up to 100%): every column on a 1400 px page, text wrapping between words
-    share = {"run_id": 9, "kind": 4, "status": 7, "error": 13 if n_err else 4, "created": 6, "model": 7, "dataset": 5,
-             "corpus_setting": 5, "methods": 10, "n_trajectories": 6, "failed": 4, "best_method": 8, "em": 4, "cem": 4,
-             "f1": 4, "n_searches": 5, "steps": 4, "reward_mean": 4}
+    share = {"run_id": 9, "kind": 4, "tags": 4, "status": 7, "error": 13 if n_err else 4, "created": 5, "model": 7,
+             "dataset": 5, "corpus_setting": 5, "methods": 8, "n_trajectories": 6, "failed": 4, "best_method": 7, "em": 4,
+             "cem": 4, "f1": 4, "n_searches": 5, "steps": 4, "reward_mean": 4}
     if n_err:
-        share.update(run_id=8, status=5, methods=8)
+        share.update(run_id=8, status=5, methods=6)
     # an ISO timestamp with a space for its "T" wraps between the date and the time, not inside the time
     runs = runs.assign(created=runs["created"].map(lambda v: v.replace("T", " ") if isinstance(v, str) else v))
     table = _table(runs, selectable=1, widths={c: f"{share.get(c, 4)}%" for c in runs.columns},
@@ -712,6 +712,10 @@ def _run_views(root: Path, static: bool, problems: list[str] | None,
                      for r, e in zip(runs["run_id"], runs["error"])]
     runs = _safe_failures(runs, root)
     runs_table, runs_view = _runs_section(runs)
+    if not static:  # tags and notes, a tag filter, two runs' settings (organise.py)
+        from workbench.dashboard.organise import organise_part
+
+        runs_view.append(_safe("organise", lambda: organise_part(root, runs, runs_table), problems))
     if run_select is not None:
         def pick(event: Any) -> None:  # selecting a run in the runs table opens it in the drill-down
             if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.values:

@@ -34,6 +34,7 @@ import pandas as pd
 from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example, as_answers, load_examples
 from workbench.eval.filters import CORRECT_METRICS, describe_filters
+from workbench.storage.notes import read_notes
 from workbench.storage.runs import CONFIG, EXAMPLES, INCOMPLETE, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.util.io import read_jsonl
 
@@ -49,7 +50,7 @@ _SUMMARY_KEYS = {"latency_s": "seconds", "wall_s_per_answer": "wall_seconds_per_
 EXPECTED_FILES = {"eval": (TRAJECTORIES, METRICS), "train": (STEP_METRICS,)}
 
 RUNS_COLUMNS = [
-    "run_id", "kind", "status", "error", "created", "model", "dataset", "corpus_setting", "methods", "n_trajectories",
+    "run_id", "kind", "tags", "status", "error", "created", "model", "dataset", "corpus_setting", "methods", "n_trajectories",
     "best_method", "em", "cem", "f1", "n_searches", "steps", "reward_mean",
 ]
 
@@ -728,6 +729,10 @@ def _run_row(d: Path, counts: pd.DataFrame, traj_error: str | None, root: Path |
         errors.append(f"{CONFIG}: {type(e).__name__}: {e}")
         cfg = {}
     kind = str(cfg.get("kind", "?"))
+    notes = read_notes(d)  # the user's tags (workbench.storage.notes); an unreadable notes.json is an error here
+    row["tags"] = ", ".join(notes.tags)
+    if notes.error:
+        errors.append(notes.error)
     row.update(kind=kind, created=cfg.get("created"), model=cfg.get("model"), dataset=cfg.get("dataset"),
                corpus_setting=cfg.get("corpus_setting"))
     for name in EXPECTED_FILES.get(kind, ()):
