@@ -111,7 +111,7 @@ def test_the_served_training_tab_follows_a_run_as_it_trains(tmp_path, monkeypatc
         while plot.evaluate(points) != [3] and time.time() < deadline:
             time.sleep(0.2)
         assert plot.evaluate(points) == [3], "the new step did not reach the page"
-        assert page.locator(".wb-live-status", has_text="at step 3").count() >= 1
+        page.locator(".wb-live-status", has_text="at step 3").first.wait_for(timeout=30_000)  # its own message
         page.locator(".bk-btn", has_text="wall-clock (min)").click()
         title = "el => el.layout.xaxis.title.text || ''"
         deadline = time.time() + 30

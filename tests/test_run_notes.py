@@ -83,7 +83,9 @@ def test_tags_saved_in_the_page_filter_the_runs_table_in_chromium(root):
         page.locator(".wb-notes-status", has_text="saved").wait_for(timeout=30_000)
         page.locator(".tabulator-cell", has_text="baseline, sweep:lr").first.wait_for(timeout=30_000)
         assert read_notes(root / C).tags == ["baseline", "sweep:lr"]  # the picker opens on the newest run
-        assert page.locator(".wb-config-diff").first.inner_text().split()[0].isdigit()  # "N setting(s) differ"
+        diff = page.locator(".wb-config-diff").first
+        diff.wait_for(timeout=30_000)
+        assert diff.inner_text().split()[0].isdigit()  # "N setting(s) differ"
         page.get_by_placeholder("e.g. baseline, lr-sweep").fill("bad tag!")
         page.get_by_role("button", name="save tags and note").click()
         page.locator(".wb-notes-status", has_text="not saved").wait_for(timeout=30_000)
