@@ -33,7 +33,7 @@ def compare_runs(run_a: str | os.PathLike, run_b: str | os.PathLike, method_a: s
         raise CompareError(f"{run_a} and {run_b} were not measured alike: {cards.describe(diffs)}; evaluate them with "
                            "the same settings, or pass --allow-different to compare anyway")
     sa, sb, _ = align(run_scores(run_a, method_a, metric), run_scores(run_b, method_b, metric))
-    rows = paired_rows(sa, sb, proportion=bool(((sa["v"] == 0) | (sa["v"] == 1)).all()))
+    rows = paired_rows(sa, sb)  # Wilson's intervals where every value is 0 or 1, else the bootstrap's
     label_a, label_b = f"A ({method_a})", f"B ({method_b})"
     return RunComparison(markdown(rows, label_a, label_b, metric), rows, diffs,
                          ((a.get("code") or {}).get("commit"), (b.get("code") or {}).get("commit")))
