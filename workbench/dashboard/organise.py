@@ -19,14 +19,11 @@ import pandas as pd
 NOT_SETTINGS = ("created",)
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
-    """A nested JSON object as ``{"a.b.c": value as JSON}`` (lists kept whole)."""
-    if isinstance(obj, dict) and obj:
-        out: dict[str, str] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: json.dumps(obj, sort_keys=True, default=str)} if prefix else {}
+def flatten(obj: dict[str, Any]) -> dict[str, str]:
+    """A nested JSON object as ``{"a.b.c": value as JSON}`` (lists kept whole; an empty object is no setting)."""
+    from workbench.rl.trackers import flatten as flat
+
+    return {k: json.dumps(v, sort_keys=True, default=str) for k, v in flat(obj, sep=".").items()}
 
 
 def config_diff(runs_dir: str | os.PathLike, run_a: str, run_b: str) -> pd.DataFrame:

@@ -219,17 +219,12 @@ def describe(diffs: list[tuple[str, Any, Any]]) -> str:
 
 def card_rows(card: dict[str, Any]) -> list[tuple[str, str]]:
     """The card flattened for a view: ``(setting, value)`` with dotted names, hashes shortened to 12 characters."""
-    out: list[tuple[str, str]] = []
+    from workbench.rl.trackers import flatten
 
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-            return
-        if node is None or node == {}:
-            return
+    out = []
+    for key, node in flatten(card, sep=".").items():
+        if node is None:
+            continue
         text = node if isinstance(node, str) else json.dumps(node, default=str)
-        out.append((prefix, text[:12] if prefix.endswith("sha256") else text))
-
-    walk("", card)
+        out.append((key, text[:12] if key.endswith("sha256") else text))
     return out

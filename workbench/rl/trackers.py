@@ -403,8 +403,8 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested keys joined with ``/``; lists and other leaves kept as they are.
+def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = "/") -> dict[str, Any]:
+    """Nested keys joined with ``sep``; lists and other leaves kept as they are (an empty mapping leaves no key).
 
     >>> flatten({"a": 1, "b": {"c": 2, "d": {"e": [3]}}})
     {'a': 1, 'b/c': 2, 'b/d/e': [3]}
@@ -413,7 +413,7 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
-            out.update(flatten(v, key + "/"))
+            out.update(flatten(v, key + sep, sep))
         else:
             out[key] = v
     return out
