@@ -46,12 +46,12 @@ from workbench.rewards.answer_checks import answer_checks
 from workbench.rewards.cache import FeatureCache, as_cache, cache_key
 from workbench.rewards.embeddings import embed, encoder_id, pairwise_similarity, resolve_encoder
 from workbench.rewards.feature_io import FEATURES_FILE, load_features, save_features  # noqa: F401
+from workbench.rewards.gold_evidence import gold_retrievals, is_passage, matches_by_id
 from workbench.rewards.metrics import (
     cover_exact_match,
     exact_match,
     f1_score,
     matching_gold,
-    normalize_answer,
     word_count,
 )
 
@@ -203,6 +203,7 @@ class _Row:
     gold_texts: list[str] | None
     hits: list[dict[str, Any]] = field(default_factory=list)
     out: dict[str, Any] = field(default_factory=dict)
+    example: Example | None = None
 
 
 def _flag(flags: Mapping[str, Any], name: str) -> float:
@@ -217,7 +218,7 @@ def _flag(flags: Mapping[str, Any], name: str) -> float:
 
 def _hits(traj: Trajectory) -> list[dict[str, Any]]:
     """Passage hits (dicts with a title or text) over all tool calls; KG triples are skipped."""
-    return [r for call in traj.tool_calls for r in call.results if isinstance(r, dict) and ("title" in r or "text" in r)]
+    return [r for call in traj.tool_calls for r in call.results if is_passage(r)]
 
 
 def _example_of(traj: Trajectory, by_id: Mapping[str, Example]) -> Example:
@@ -259,6 +260,7 @@ def _make_row(traj: Trajectory, ex: Example, passages: Mapping[str, Any] | None)
         gold_ids=list(ex.supporting_ids or []),
         gold_texts=_gold_texts(ex, passages),
         hits=_hits(traj),
+        example=ex,
     )
 
 
@@ -363,7 +365,8 @@ def _cheap(r: _Row) -> dict[str, Any]:
 
 def _recall_exact(r: _Row) -> dict[str, Any]:
     """Recall by passage id where both sides have ids (the example's ``supporting_ids`` and every hit's id),
-    else by title. Titles over-count when gold paragraphs share a title (MuSiQue): a hit of one counts for both."""
+    else by title: the share of :func:`~workbench.rewards.gold_evidence.gold_retrievals` retrieved. Titles
+    over-count when gold paragraphs share a title (MuSiQue): a hit of one counts for both."""
     nan = float("nan")
     n_gold = max(len(r.gold_titles), len(r.gold_ids))
     out = {"n_gold_passages": float(n_gold), "n_retrieved": float(len(r.hits)), "recall_title": nan, "recall_id": nan,
@@ -371,19 +374,19 @@ def _recall_exact(r: _Row) -> dict[str, Any]:
     if n_gold == 0:
         return out
     if r.gold_titles:
-        seen = {normalize_answer(h.get("title")) for h in r.hits}
-        out["recall_title"] = sum(normalize_answer(g) in seen for g in r.gold_titles) / len(r.gold_titles)
+        golds = gold_retrievals(r.traj, r.example, by="title")
+        out["recall_title"] = sum(g.retrieved for g in golds) / len(golds)
         out["recall"], out["recall_by"] = out["recall_title"], "title"
     if _by_id(r):
-        ids = {str(h["id"]) for h in r.hits}
-        out["recall_id"] = sum(str(g) in ids for g in r.gold_ids) / len(r.gold_ids)
+        golds = gold_retrievals(r.traj, r.example, by="id")
+        out["recall_id"] = sum(g.retrieved for g in golds) / len(golds)
         out["recall"], out["recall_by"] = out["recall_id"], "id"
     return out
 
 
 def _by_id(r: _Row) -> bool:
     """Recall is matched by id: the example has gold passage ids and every hit carries one (no hits: nothing matched)."""
-    return bool(r.gold_ids) and all(h.get("id") for h in r.hits)
+    return matches_by_id(r.gold_ids, r.hits)
 
 
 # ============================================================================= embedding features
@@ -420,8 +423,7 @@ def _embedding_features(rows: list[_Row], encoder: Any, cache: FeatureCache, thr
         if _by_id(r):
             continue  # ids are exact: the embedding is only a column beside them
         if r.gold_titles and len(r.gold_titles) == len(gold):
-            seen = {normalize_answer(x.get("title")) for x in r.hits}
-            by_title = np.array([normalize_answer(t) in seen for t in r.gold_titles])
+            by_title = np.array([x.retrieved for x in gold_retrievals(r.traj, r.example, by="title")])
             r.out["recall"] = float((by_title | matched).mean())
         else:
             r.out["recall"] = float(matched.mean())
