@@ -1,5 +1,6 @@
 """Per-hop gold evidence: where a trajectory's searches returned each gold passage of its question
-(``workbench.rewards.gold_evidence.gold_retrievals``).
+(``workbench.rewards.gold_evidence.gold_retrievals``), and the inspector's marks and summary drawn from it
+(``widgets.trajectory.turns_html``).
 
 The hand-built trajectory is on the real HotpotQA record ``dev_0`` (gold: "Albert Einstein", then "Ulm"): its search
 at turn 0 returns no gold passage, the one at turn 2 returns "Albert Einstein" third, and the one at turn 4 returns it
@@ -8,10 +9,12 @@ again, first; "Ulm" is never returned (a passage "Ulm Minster" and a KG triple a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from widgets.trajectory import turns_html
 from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 from workbench.core.types import ToolCall
 from workbench.data.example import Example
@@ -97,3 +100,33 @@ def test_recall_features_count_the_same_gold_passages(examples):
         if golds:
             assert row["recall"] == sum(g.retrieved for g in golds) / len(golds)
     assert feats["recall"].tolist()[:3] == [0.5, 0.0, 0.5]  # dev_0: Einstein; dev_1: neither; MuSiQue: Einstein
+
+
+# --------------------------------------------------------------------------- the inspector's transcript
+
+
+def _passage_items(page: str) -> dict[str, str]:
+    """Each retrieved passage's title -> what follows it up to the end of its list item, over every tool result."""
+    items = re.findall(r"<li style='margin:2px 0'><b>(.*?)</b>(.*?)</li>", page, flags=re.DOTALL)
+    out: dict[str, str] = {}
+    for title, rest in items:
+        out[title] = out.get(title, "") + rest
+    return out
+
+
+def test_the_transcript_marks_the_gold_passage_and_says_where_each_hop_was_found(examples):
+    ex = examples[0]
+    page = turns_html(_hand_built(ex), example=ex)
+    items = _passage_items(page)
+    assert set(items) == {"Physics", "Ulm Minster", "Germany", "ALBERT einstein", "Albert Einstein"}
+    for title, rest in items.items():
+        assert ("gold · hop 1" in rest) == (title.lower() == "albert einstein"), title
+    assert page.count("class='wb-gold'") == 2 and "hop 2</b>" not in page
+    evidence = re.search(r"<div class='wb-evidence'.*?</div>", page, flags=re.DOTALL).group(0)
+    assert "1 of 2 gold passages retrieved" in evidence and "matched by title" in evidence
+    assert re.search(r"hop 1 <span[^>]*>“Albert Einstein”</span>: <b[^>]*>retrieved at turn 2, rank 3</b>", evidence)
+    assert re.search(r"hop 2 <span[^>]*>“Ulm”</span>: <b[^>]*>not retrieved</b>", evidence)
+    # without the example, or for a question without gold passages: no marks, no evidence line
+    for other in (None, examples[3]):
+        assert "wb-gold" not in turns_html(_hand_built(ex), example=other)
+        assert "wb-evidence" not in turns_html(_hand_built(ex), example=other)

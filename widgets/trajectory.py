@@ -4,9 +4,11 @@ and a token view of the loss mask.
 :func:`turns_html` draws one trajectory: a verdict line (prediction, gold aliases, scores, the metric that judged
 it and the alias it matched: :func:`workbench.eval.compare.judge`), a timeline (tokens and seconds per turn),
 then each turn: a policy turn split into its tagged parts (a thought, a tool call with its query or JSON request,
-an answer), a tool result as a collapsible list of passages with their titles (gold passages marked) or of
-triples; chat-template tokens (``<|im_start|>user`` ...) are hidden, and each turn's *raw* toggle shows its exact
-text. Views only: the data comes from ``workbench.core.trajectory`` and the run's examples.
+an answer), a tool result as a collapsible list of passages with their titles or of triples; each of the question's
+gold passages is marked with its hop (``gold · hop k``), and a line under the verdict says where each was first
+retrieved (:func:`evidence_html`; both from :func:`workbench.rewards.gold_evidence.gold_retrievals`). Chat-template
+tokens (``<|im_start|>user`` ...) are hidden, and each turn's *raw* toggle shows its exact text. Views only: the
+data comes from ``workbench.core.trajectory`` and the run's examples.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workbench.core.trajectory import OBSERVATION, Trajectory, Turn, token_pieces
 from workbench.eval.compare import METRIC_NAMES, MISSING, Verdict, judge, show
+from workbench.rewards.gold_evidence import GoldRetrieval, gold_retrievals
 
 #: Colours per protocol tag (background) for the transcript view.
 TAG_COLOURS = {
@@ -115,10 +118,6 @@ def parts(text: str) -> list[tuple[str | None, str, bool]]:
 
 def _esc(text: str, term: str = "") -> str:
     return highlight_html(html.escape(text), term).replace("\n", "<br>")
-
-
-def _norm(s: Any) -> str:
-    return " ".join(str(s).lower().split())
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -218,22 +217,24 @@ def policy_html(text: str, tool: str = "search", term: str = "") -> str:
     return "".join(out) or "<i style='color:#777'>(empty turn)</i>"
 
 
-def results_html(call: Any, gold_titles: Iterable[str] = (), gold_ids: Iterable[str] = (), term: str = "",
+def results_html(call: Any, gold_hops: Mapping[int, Sequence[int]] | None = None, term: str = "",
                  open_: bool = True) -> str:
-    """One tool call's result as a collapsible list: passages (title, text folded after ``PASSAGE_CHARS``; gold ones
-    marked) or triples; an error in red."""
-    titles, ids = {_norm(x) for x in gold_titles}, {str(x) for x in gold_ids}
+    """One tool call's result as a collapsible list: passages (title, text folded after ``PASSAGE_CHARS``) or triples;
+    an error in red. ``gold_hops``: rank (from 1) -> the hops whose gold passage that result is (:func:`gold_marks`),
+    marked ``gold · hop k``."""
+    gold_hops = gold_hops or {}
     args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (call.args or {}).items())
     items, n_gold = [], 0
-    for r in call.results:
+    for rank, r in enumerate(call.results, 1):
         if "relation" in r:
             items.append(f"<li><code>({_esc(str(r.get('head')), term)}, {_esc(str(r.get('relation')), term)}, "
                          f"{_esc(str(r.get('tail')), term)})</code></li>")
             continue
         text, title = str(r.get("text", "")), str(r.get("title", "")) or MISSING
-        gold = _norm(title) in titles or str(r.get("id", "")) in ids
-        n_gold += gold
-        badge = " <b style='color:#1b7f3b'>★ gold passage</b>" if gold else ""
+        hops = gold_hops.get(rank, ())
+        n_gold += bool(hops)
+        badge = (f" <b class='wb-gold' style='color:#1b7f3b'>★ gold · hop{'s' if len(hops) > 1 else ''} "
+                 f"{', '.join(str(h) for h in hops)}</b>") if hops else ""
         head, tail = text[:PASSAGE_CHARS], text[PASSAGE_CHARS:]
         more = f"<details style='display:inline'><summary>more</summary>{_esc(tail, term)}</details>" if tail else ""
         items.append(f"<li style='margin:2px 0'><b>{_esc(title, term)}</b>{badge} "
@@ -247,6 +248,33 @@ def results_html(call: Any, gold_titles: Iterable[str] = (), gold_ids: Iterable[
                f"{ms}{err}")
     return (f"<details{' open' if open_ else ''} class='wb-result' style='margin:2px 0'><summary>{summary}</summary>"
             f"<ol style='margin:2px 0 2px 18px;padding:0'>{''.join(items)}</ol></details>")
+
+
+def gold_marks(golds: Sequence[GoldRetrieval]) -> dict[tuple[int, int], dict[int, list[int]]]:
+    """``(turn, call) -> {rank: hops}``: the results that are gold passages, as :func:`results_html` marks them."""
+    out: dict[tuple[int, int], dict[int, list[int]]] = {}
+    for g in golds:
+        for turn, call, rank in g.found:
+            out.setdefault((turn, call), {}).setdefault(rank, []).append(g.hop)
+    return out
+
+
+def evidence_html(golds: Sequence[GoldRetrieval]) -> str:
+    """Per gold passage of the question, ``hop k: retrieved at turn t, rank r`` (its first retrieval) or ``not
+    retrieved`` ("" when the question names no gold passage)."""
+    if not golds:
+        return ""
+    parts = []
+    for g in golds:
+        name = g.title if g.title is not None else g.id
+        where = (f"<b style='color:#1b7f3b'>retrieved at turn {g.turn}, rank {g.rank}</b>" if g.retrieved
+                 else "<b style='color:#b00020'>not retrieved</b>")
+        parts.append(f"<li>hop {g.hop} <span style='color:#555'>“{html.escape(str(name))}”</span>: {where}</li>")
+    n = sum(g.retrieved for g in golds)
+    return ("<div class='wb-evidence' style='font-family:sans-serif;font-size:12px;margin:4px 0'>"
+            f"gold evidence: {n} of {len(golds)} gold passages retrieved "
+            f"<span style='color:#666'>(matched by {html.escape(golds[0].by)})</span>"
+            f"<ul style='margin:2px 0 2px 18px;padding:0'>{''.join(parts)}</ul></div>")
 
 
 def _example_for(traj: Trajectory, example: Any) -> Any:
@@ -274,7 +302,8 @@ def turns_html(traj: Trajectory, max_chars: int = 4000, highlight: str = "", exa
     """
     ex = _example_for(traj, example)
     gold = list(getattr(ex, "answers", None) or [])
-    titles, ids = getattr(ex, "supporting_titles", None) or [], getattr(ex, "supporting_ids", None) or []
+    golds = gold_retrievals(traj, ex) if ex is not None else []
+    marks = gold_marks(golds)
     method = traj.meta.get("method") or traj.protocol
     out = [
         f"<div style='font-family:sans-serif'><b>{html.escape(traj.id)}</b> · {html.escape(str(method))}"
@@ -282,6 +311,7 @@ def turns_html(traj: Trajectory, max_chars: int = 4000, highlight: str = "", exa
         + f" · finish: <code>{html.escape(traj.finish_reason or MISSING)}</code></div>",
         f"<div style='color:#333;margin:4px 0;font-family:sans-serif'>Q: {_esc(traj.question, highlight)}</div>",
         verdict_html(judge(traj.answer, gold, metric, threshold)),
+        evidence_html(golds),
         timeline_html(traj),
     ]
     for i, t in enumerate(traj.turns):
@@ -289,7 +319,7 @@ def turns_html(traj: Trajectory, max_chars: int = 4000, highlight: str = "", exa
         if t.kind == OBSERVATION:
             style, label = "background:#f1f8f1;border-left:4px solid #7cb87c", "observation (loss mask 0)"
             if t.tool_calls:
-                body = "".join(results_html(c, titles, ids, highlight) for c in t.tool_calls)
+                body = "".join(results_html(c, marks.get((i, j)), highlight) for j, c in enumerate(t.tool_calls))
             else:
                 body = (f"<div style='font-family:monospace;white-space:pre-wrap;color:#444'>"
                         f"{_esc(strip_template(text), highlight)}</div>")
@@ -299,7 +329,7 @@ def turns_html(traj: Trajectory, max_chars: int = 4000, highlight: str = "", exa
             calls = t.tool_calls or (nxt.tool_calls if nxt is not None and nxt.kind == OBSERVATION else [])
             body = policy_html(text, calls[0].name if calls else "search", highlight)
             if t.tool_calls:  # a protocol that records the call on the policy turn
-                body += "".join(results_html(c, titles, ids, highlight) for c in t.tool_calls)
+                body += "".join(results_html(c, marks.get((i, j)), highlight) for j, c in enumerate(t.tool_calls))
         action = t.action or {}
         note = f" · action <b>{html.escape(str(action.get('kind')))}</b>" if action else ""
         if action.get("reason"):
