@@ -61,6 +61,8 @@ def test_the_run_is_as_the_module_says(filter_root):
     (F(correct=False, hops=(2, 3), methods=("direct",)), [2, 3]),
     (F(text="HALLERVIK"), [4, 5, 6, 7]),  # the transcript (search_r1's query), any case
     (F(text="ostrevia", methods=("direct",)), [2, 3]),  # direct's gold, not its answer
+    (F(evidence="no-gold"), list(range(8))),  # no question here names supporting facts
+    (F(evidence="none", methods=("search_r1",)), []),
 ])
 def test_filters_select_and_count_the_same_rows(filter_root, filters, rows):
     assert _rows(filter_root, filters) == rows
@@ -98,8 +100,8 @@ def test_a_filter_checks_its_metrics_and_names_itself():
         F(correct_metric="reward")
     with pytest.raises(ValueError, match="score_metric"):
         F(score_metric="1; DROP TABLE t")
-    assert F(correct=False, hops=[3, 4], text="Ostrevia", score=(0.2, 1)).describe() == [
-        "hops 3, 4", "answer wrong (cover-EM)", "f1 0.2–1", "text “Ostrevia”"]
+    assert F(correct=False, hops=[3, 4], text="Ostrevia", score=(0.2, 1), evidence="none").describe() == [
+        "hops 3, 4", "answer wrong (cover-EM)", "f1 0.2–1", "no gold retrieved", "text “Ostrevia”"]
     assert dash.count_line(8, 8, F()) == "<b>8</b> trajectories"
     assert dash.count_line(0, 8, F(text="<b>")) == "<b>0</b> of 8 trajectories · text “&lt;b&gt;”"
 
@@ -258,12 +260,18 @@ def test_an_address_gives_only_well_formed_filters():
 
     kinds = list(dash.CORRECTNESS)
     assert parse_filters({"correct": "wrong", "methods": "direct,search_r1", "hops": "2,3", "f1": "0.2,1",
-                          "text": "o'hara"}, kinds) == {"correct": "wrong", "methods": ["direct", "search_r1"],
-                                                        "hops": [2, 3], "score": (0.2, 1.0), "text": "o'hara"}
+                          "evidence": "no-gold", "text": "o'hara"}, kinds) == {
+        "correct": "wrong", "methods": ["direct", "search_r1"], "hops": [2, 3], "score": (0.2, 1.0),
+        "evidence": "no-gold", "text": "o'hara"}
     # the address is the user's input: what does not parse is left at its default, never an error
-    assert parse_filters({"correct": "maybe", "hops": "two", "f1": "0.9,0.1"}, kinds) == {}
+    assert parse_filters({"correct": "maybe", "hops": "two", "f1": "0.9,0.1", "evidence": "most"}, kinds) == {}
     assert parse_filters({"f1": "nan,1"}, kinds) == {} and parse_filters({"text": "x" * 9999}, kinds)["text"] == "x" * 500
-    state = {"tab": 3, "run": RUN, "correct": "wrong", "methods": [], "hops": [2], "score": (0.0, 1.0), "text": ""}
+    state = {"tab": 3, "run": RUN, "correct": "wrong", "methods": [], "hops": [2], "score": (0.0, 1.0),
+             "evidence": "any", "text": ""}
     assert encode(state, dash.DRILL_DEFAULTS) == f"tab=3&run={RUN}&correct=wrong&hops=2"
     assert parse_filters(dict(p.split("=") for p in encode(state, dash.DRILL_DEFAULTS).split("&")), kinds) == {
         "correct": "wrong", "hops": [2]}
+    state["evidence"] = "some"  # the gold-evidence filter travels in the address too
+    assert encode(state, dash.DRILL_DEFAULTS) == f"tab=3&run={RUN}&correct=wrong&hops=2&evidence=some"
+    assert parse_filters(dict(p.split("=") for p in encode(state, dash.DRILL_DEFAULTS).split("&")), kinds) == {
+        "correct": "wrong", "hops": [2], "evidence": "some"}

@@ -1,10 +1,14 @@
 """Per-hop gold evidence: where a trajectory's searches returned each gold passage of its question
-(``workbench.rewards.gold_evidence.gold_retrievals``), and the inspector's marks and summary drawn from it
-(``widgets.trajectory.turns_html``).
+(``workbench.rewards.gold_evidence.gold_retrievals``), the inspector's marks and summary drawn from it
+(``widgets.trajectory.turns_html``), and the dashboard drill-down's gold-evidence filter.
 
 The hand-built trajectory is on the real HotpotQA record ``dev_0`` (gold: "Albert Einstein", then "Ulm"): its search
 at turn 0 returns no gold passage, the one at turn 2 returns "Albert Einstein" third, and the one at turn 4 returns it
 again, first; "Ulm" is never returned (a passage "Ulm Minster" and a KG triple about Ulm are not it).
+
+The run for the views: four real records (two HotpotQA, one MuSiQue: gold passages; one Bamboogle: none), ``direct``
+(answers "Germany" without searching: rows 0-3) and ``search_r1`` (rows 4-7, each answer right), whose search returns
+both of ``dev_0``'s gold passages, one of ``dev_1``'s and none of the MuSiQue question's.
 """
 
 from __future__ import annotations
@@ -14,15 +18,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_dashboard import _eval_run
 from widgets.trajectory import turns_html
 from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
-from workbench.core.types import ToolCall
+from workbench.core.types import Hit, ToolCall
+from workbench.dashboard import app as dash
+from workbench.dashboard import queries as q
 from workbench.data.example import Example
 from workbench.data.loaders import load_dataset
 from workbench.rewards.features import compute_features
 from workbench.rewards.gold_evidence import evidence_kind, gold_retrievals
 
 FIXTURES = Path(__file__).parent / "fixtures"
+RUN = "20261125-100000-eval-evidence"
+F = q.TrajectoryFilter
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +139,104 @@ def test_the_transcript_marks_the_gold_passage_and_says_where_each_hop_was_found
     for other in (None, examples[3]):
         assert "wb-gold" not in turns_html(_hand_built(ex), example=other)
         assert "wb-evidence" not in turns_html(_hand_built(ex), example=other)
+
+
+# --------------------------------------------------------------------------- a run: the inspector and the dashboard
+
+
+def _search(query: str, k: int = 3):
+    pages = {"einstein birthplace": ["Physics", "Albert Einstein", "Ulm"], "verne": ["Jules Verne", "Nantes"]}
+    return [Hit(f"h{i}", t, f"{t} is a passage.", 1.0) for i, t in enumerate(pages.get(query, ["Physics"]))]
+
+
+@pytest.fixture(scope="module")
+def evidence_root(tmp_path_factory, tokenizer, examples) -> Path:
+    queries = {"dev_0": "einstein birthplace", "dev_1": "verne"}
+
+    def agent(prompt: str, turn: int) -> str:
+        ex = next(e for e in examples if e.question in prompt)
+        return f"<search> {queries.get(ex.id, 'zurich doctorate')} </search>" if turn == 0 else \
+            f"<answer> {ex.answers[0]} </answer>"
+
+    root = tmp_path_factory.mktemp("evidence-runs")
+    _eval_run(root, RUN, tokenizer, examples, {"direct": ["<answer> Germany </answer>"], "search_r1": agent},
+              "hotpotqa", search=_search)
+    return root
+
+
+def _kinds(root: Path) -> list[str]:
+    """Each row's evidence kind from gold_retrievals over the stored trajectory and its example."""
+    exs = q.run_examples(root, RUN)
+    trajs = [q.load_trajectory(root, RUN, r) for r in q.run_trajectories(root, RUN)["row"]]
+    return [evidence_kind(gold_retrievals(t, exs[t.example_id])) for t in trajs]
+
+
+def test_the_run_is_as_the_module_says(evidence_root):
+    df = q.run_trajectories(evidence_root, RUN)
+    assert df["method"].tolist() == ["direct"] * 4 + ["search_r1"] * 4
+    assert _kinds(evidence_root) == ["none", "none", "none", "no-gold", "all", "some", "none", "no-gold"]
+
+
+@pytest.mark.parametrize("filters,rows", [
+    (F(evidence="all"), [4]),
+    (F(evidence="some"), [5]),
+    (F(evidence="none"), [0, 1, 2, 6]),
+    (F(evidence="no-gold"), [3, 7]),
+    (F(evidence="none", methods=("search_r1",)), [6]),  # with the other filters: all must pass
+    (F(evidence="none", correct=False), [1, 2]),  # direct answers "Germany" everywhere: right on dev_0 only
+    (F(evidence="some", text="verne"), [5]),
+])
+def test_the_evidence_filter_keeps_the_rows_gold_retrievals_says(evidence_root, filters, rows):
+    assert q.run_trajectories(evidence_root, RUN, filters=filters)["row"].tolist() == rows
+    assert q.count_trajectories(evidence_root, RUN, filters) == len(rows)
+    kinds = _kinds(evidence_root)
+    if filters == F(evidence=filters.evidence):
+        assert rows == [i for i, k in enumerate(kinds) if k == filters.evidence]
+
+
+def test_the_evidence_filter_names_itself_and_needs_the_features_table(evidence_root, tmp_path):
+    import shutil
+
+    assert F(evidence="some", hops=(2,)).describe() == ["hops 2", "some gold retrieved"]
+    with pytest.raises(ValueError, match="evidence"):
+        F(evidence="most")
+    root = tmp_path / "runs"
+    shutil.copytree(evidence_root, root)
+    assert q.run_evidence(root, RUN) == root / RUN / "features.parquet"
+    (root / RUN / "features.parquet").unlink()  # unknown evidence: no row passes, none is guessed
+    assert q.run_evidence(root, RUN) is None and q.count_trajectories(root, RUN, F(evidence="none")) == 0
+
+
+def test_the_drilldown_filters_by_evidence_and_its_transcript_marks_the_hop(evidence_root):
+    import panel as pn
+
+    _, section = dash._drilldown_section(evidence_root, [RUN])
+    body = section[2]._inner_layout[0]
+    (count,) = [p for p in body.select(pn.pane.HTML) if "wb-drill-count" in p.object]
+    table = body.select(pn.widgets.Tabulator)[0]
+    evidence = next(w for w in body.select(pn.widgets.Select) if w.label == "gold evidence")
+    assert not evidence.disabled and list(evidence.options) == [
+        "any", "all gold retrieved", "some gold retrieved", "no gold retrieved", "no gold facts"]
+    evidence.value = "all"
+    assert table.value["row"].tolist() == [4]
+    assert "<b>1</b> of 8 trajectories · all gold retrieved</div>" in count.object
+    transcript = section[1].object  # the first match opens
+    t = q.load_trajectory(evidence_root, RUN, 4)
+    turn = next(i for i, x in enumerate(t.turns) if x.tool_calls)
+    assert "row 4" in transcript and transcript.count("class='wb-gold'") == 2
+    assert f"hop 1 <span style='color:#555'>“Albert Einstein”</span>: <b style='color:#1b7f3b'>retrieved at turn " \
+           f"{turn}, rank 2</b>" in transcript
+    assert f"retrieved at turn {turn}, rank 3" in transcript  # hop 2, "Ulm"
+    evidence.value = "some"
+    assert table.value["row"].tolist() == [5] and section[1].object.count("class='wb-gold'") == 1
+
+
+def test_the_notebook_inspector_marks_the_same_passages(evidence_root):
+    from widgets.inspector import trajectory_inspector
+
+    ins = trajectory_inspector(evidence_root / RUN).inspector
+    for row, n_marks in ((4, 2), (5, 1), (6, 0), (7, 0)):
+        ins.open_row(row)
+        assert ins.transcript.value.count("class='wb-gold'") == n_marks
+    assert "hop 2 <span style='color:#555'>“Mark Twain”</span>: <b style='color:#b00020'>not retrieved</b>" in \
+        (ins.open_row(5), ins.transcript.value)[1]

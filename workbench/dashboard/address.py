@@ -1,5 +1,5 @@
 """The served dashboard's address keeps what the page shows: ``?tab=3&run=<id>&correct=wrong&methods=a,b&hops=2,3
-&f1=0.2,1&text=...``. Opening that address (a copied link, a reload) reopens the same tab, run and filters.
+&f1=0.2,1&evidence=some&text=...``. Opening that address (a copied link, a reload) reopens the same tab, run and filters.
 
 Reading: the session's query arguments (``pn.state.session_args``), checked value by value (an unknown run, a tab
 number out of range or a malformed range is ignored, never an error: the address is the user's input). Writing:
@@ -16,8 +16,10 @@ from urllib.parse import urlencode
 import param
 from panel.custom import JSComponent
 
+from workbench.rewards.gold_evidence import EVIDENCE_KINDS
+
 #: The query keys, in the order the address lists them.
-KEYS = ("tab", "run", "correct", "methods", "hops", "f1", "text")
+KEYS = ("tab", "run", "correct", "methods", "hops", "f1", "evidence", "text")
 
 
 class AddressBar(JSComponent):
@@ -54,7 +56,8 @@ def session_query() -> dict[str, str]:
 
 def parse_filters(query: dict[str, str], correctness: list[str]) -> dict[str, Any]:
     """The drill-down filters an address names, each only when well formed: ``correct`` (one of ``correctness``),
-    ``methods`` (comma-separated), ``hops`` (comma-separated whole numbers), ``f1`` (``lo,hi`` in [0, 1]), ``text``."""
+    ``methods`` (comma-separated), ``hops`` (comma-separated whole numbers), ``f1`` (``lo,hi`` in [0, 1]),
+    ``evidence`` (one of ``workbench.rewards.gold_evidence.EVIDENCE_KINDS``), ``text``."""
     out: dict[str, Any] = {}
     if query.get("correct") in correctness:
         out["correct"] = query["correct"]
@@ -72,6 +75,8 @@ def parse_filters(query: dict[str, str], correctness: list[str]) -> dict[str, An
                 out["score"] = (lo, hi)
         except ValueError:
             pass
+    if query.get("evidence") in EVIDENCE_KINDS:
+        out["evidence"] = query["evidence"]
     if "text" in query:
         out["text"] = query["text"][:500]
     return out

@@ -44,6 +44,7 @@ from workbench.dashboard.figures import (  # noqa: F401 - the figures are part o
 )
 from workbench.dashboard.tooltips import column_tooltips
 from workbench.eval.compare import MISSING
+from workbench.rewards.gold_evidence import EVIDENCE_KINDS
 from workbench.util.http_stack import IDLE_TIMEOUT_S, MAX_HEAD_BYTES, READ_TIMEOUT_S, is_loopback
 from workbench.util.paths import repo_root
 
@@ -405,9 +406,12 @@ def _trajectory_table(df: pd.DataFrame, pagination: str | None = "local"):
 
 
 #: The drill-down's filters before a user sets any (``clear filters`` goes back to them).
-DRILL_DEFAULTS: dict[str, Any] = {"correct": "all answers", "methods": [], "hops": [], "score": (0.0, 1.0), "text": ""}
+DRILL_DEFAULTS: dict[str, Any] = {"correct": "all answers", "methods": [], "hops": [], "score": (0.0, 1.0),
+                                  "evidence": "any", "text": ""}
 #: The drill-down's answer filter: label -> ``TrajectoryFilter.correct``.
 CORRECTNESS = {"all answers": None, "correct": True, "wrong": False}
+#: The drill-down's gold-evidence filter: label -> ``TrajectoryFilter.evidence`` ("any": no filter).
+EVIDENCE = {"any": "any", **{label: kind for kind, label in EVIDENCE_KINDS.items()}}
 
 
 def count_line(n: int, total: int, filters: q.TrajectoryFilter) -> str:
@@ -423,8 +427,8 @@ def count_line(n: int, total: int, filters: q.TrajectoryFilter) -> str:
 
 
 def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
-    """Served: pick a run, filter its trajectories (answer right or wrong, methods, hop counts, an F1 range, a text),
-    then pick a row of the table to see the transcript. The filters are SQL over the run's file
+    """Served: pick a run, filter its trajectories (answer right or wrong, methods, hop counts, an F1 range, the gold
+    evidence retrieved, a text), then pick a row of the table to see the transcript. The filters are SQL over the run's file
     (``queries.TrajectoryFilter``), and the table holds one page of ``PAGE_ROWS`` of the rows that pass, read when shown
     (``run_trajectory_table(limit=, offset=, filters=)``): a big run never goes to the browser, nor into the server's
     memory, whole."""
@@ -459,6 +463,10 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
         hops = pn.widgets.MultiChoice(label="hops", options={str(h): h for h in hop_counts},
                                       value=[h for h in kept["hops"] if h in hop_counts], placeholder="all", width=180)
         score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=kept["score"], step=0.05, width=180)
+        has_evidence = q.run_evidence(runs_dir, run_id) is not None  # its features tell the gold passages retrieved
+        evidence = pn.widgets.Select(label="gold evidence" if has_evidence else "gold evidence (no features table)",
+                                     options=EVIDENCE, value=kept["evidence"] if has_evidence else "any",
+                                     disabled=not has_evidence, width=190)
         text = pn.widgets.TextInput(label="text (Enter)", value=kept["text"],
                                     placeholder="question, answer, gold or transcript", width=300)
         clear = pn.widgets.Button(name="clear filters", width=110)
@@ -491,12 +499,13 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
             if state.get("clearing"):
                 return
             kept.update(correct=correct.value, methods=list(method.value), hops=list(hops.value),
-                        score=tuple(score.value), text=text.value)
+                        score=tuple(score.value), evidence=evidence.value, text=text.value)
             if address is not None:
                 address.set(**{k: kept[k] for k in DRILL_DEFAULTS})
             lo, hi = score.value
             state["filters"] = q.TrajectoryFilter(correct=CORRECTNESS[correct.value], methods=method.value,
                                                   hops=hops.value, score=None if (lo, hi) == (0.0, 1.0) else (lo, hi),
+                                                  evidence=None if evidence.value == "any" else evidence.value,
                                                   text=text.value.strip())
             paged(q.count_trajectories(runs_dir, run_id, state["filters"]))
             if page.value != 1:
@@ -528,12 +537,13 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
             try:
                 correct.value, method.value, hops.value = DRILL_DEFAULTS["correct"], [], []
                 score.value, text.value = DRILL_DEFAULTS["score"], DRILL_DEFAULTS["text"]
+                evidence.value = DRILL_DEFAULTS["evidence"]
             finally:
                 state["clearing"] = False
             refilter()
 
         page.param.watch(load, "value")
-        for w in (correct, method, hops, score, text):
+        for w in (correct, method, hops, score, evidence, text):
             w.param.watch(refilter, "value")
         clear.on_click(clear_filters)
         prev.on_click(lambda _: setattr(page, "value", max(1, page.value - 1)))
@@ -542,12 +552,14 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
         paged(total)
         load()
         transcript.object = hint
-        if (correct.value, method.value, hops.value, score.value, text.value) != (
-                DRILL_DEFAULTS["correct"], [], [], DRILL_DEFAULTS["score"], DRILL_DEFAULTS["text"]):
+        if (correct.value, method.value, hops.value, score.value, evidence.value, text.value) != (
+                DRILL_DEFAULTS["correct"], [], [], DRILL_DEFAULTS["score"], DRILL_DEFAULTS["evidence"],
+                DRILL_DEFAULTS["text"]):
             refilter()  # the filters kept from the run shown before: the count line names them
         elif len(state["df"]):
             table.selection = [0]  # the first trajectory opens at once (show() draws it)
-        return pn.Column(*_features_note(failures_error), _card_part(runs_dir, run_id), pn.Row(method, hops, score, text),
+        return pn.Column(*_features_note(failures_error), _card_part(runs_dir, run_id),
+                         pn.Row(method, hops, score, evidence, text),
                          pn.Row(correct, clear, *downloads, align="start"), count, pn.Row(prev, page, nxt, info), table,
                          sizing_mode="stretch_width")
 

@@ -34,7 +34,10 @@ import pandas as pd
 from workbench.core.trajectory import Trajectory
 from workbench.data.example import Example, as_answers, load_examples
 from workbench.eval.filters import CORRECT_METRICS, describe_filters
+from workbench.rewards.feature_io import FEATURES_FILE
+from workbench.rewards.gold_evidence import EVIDENCE_KINDS
 from workbench.storage.notes import read_notes
+from workbench.storage.parquet_sql import file_columns
 from workbench.storage.runs import CONFIG, EXAMPLES, INCOMPLETE, METRICS, STEP_METRICS, TRAJECTORIES, run_status
 from workbench.util.io import read_jsonl
 
@@ -436,6 +439,12 @@ class TrajectoryFilter:
     text: str = ""
     """A case-insensitive substring, taken literally, of the question, the answer, the gold aliases or the transcript
     (every turn's text)."""
+    evidence: str | None = None
+    """How many of the question's gold passages the searches returned (``workbench.rewards.gold_evidence``:
+    ``all``, ``some``, ``none``, or ``no-gold`` for a question without supporting facts), read from the run's
+    ``features.parquet`` (``n_gold_passages`` and the exact recall, ``recall_id`` else ``recall_title``, which count
+    :func:`~workbench.rewards.gold_evidence.gold_retrievals`); a trajectory whose recall is unknown (a failed one, a
+    run without features) passes none of them."""
 
     def __post_init__(self):
         # lists and numpy values as given by widgets, held as tuples of plain values: filters compare by value
@@ -447,6 +456,8 @@ class TrajectoryFilter:
             raise ValueError(f"correct_metric {self.correct_metric!r}; valid: {', '.join(CORRECT_METRICS)}")
         if self.score_metric not in ANSWER_METRICS:
             raise ValueError(f"score_metric {self.score_metric!r}; valid: {', '.join(ANSWER_METRICS)}")
+        if self.evidence is not None and self.evidence not in EVIDENCE_KINDS:
+            raise ValueError(f"evidence {self.evidence!r}; valid: {', '.join(EVIDENCE_KINDS)}")
 
     def __bool__(self) -> bool:
         return self != TrajectoryFilter()
@@ -461,12 +472,15 @@ class TrajectoryFilter:
                                correct_metric=self.correct_metric, f1_threshold=self.f1_threshold)
         if self.score is not None:
             out.append(f"{self.score_metric} {self.score[0]:g}–{self.score[1]:g}")
+        if self.evidence is not None:
+            out.append(EVIDENCE_KINDS[self.evidence])
         return out + describe_filters(text=self.text)
 
-    def where(self, gold: dict[str, str]) -> tuple[str, list[Any]]:
+    def where(self, gold: dict[str, str], evidence: Path | None = None) -> tuple[str, list[Any]]:
         """``(sql, params)``: this filter as a WHERE condition over ``t`` ("TRUE" when none is set). Every value is a
         parameter, never a piece of the SQL text (the text is typed by whoever opens the page). ``gold``: each example
-        id's aliases (:func:`run_gold`), searched here in Python: they live in ``examples.jsonl``."""
+        id's aliases (:func:`run_gold`), searched here in Python: they live in ``examples.jsonl``. ``evidence``: the
+        run's features table (:func:`run_evidence`), which the ``evidence`` filter reads (None: no row passes it)."""
         conds, params = [], []
         if self.methods:
             conds.append("list_contains(?::VARCHAR[], method)")
@@ -488,7 +502,39 @@ class TrajectoryFilter:
                                           ("question", "answer", "response_text"))
                          + " OR list_contains(?::VARCHAR[], example_id))")
             params += [needle, needle, needle, in_gold]
+        if self.evidence is not None:
+            conds.append(_evidence_sql(self.evidence, evidence))
+            params += [str(evidence)] if evidence is not None else []
         return " AND ".join(conds) or "TRUE", params
+
+
+def _evidence_sql(kind: str, path: Path | None) -> str:
+    """The ``evidence`` filter over ``t``: the row's features (matched on position and id, as ``failures.py`` matches
+    them) have ``kind``'s gold passage counts; the one parameter is the features file."""
+    if path is None:
+        return "FALSE"
+    cols = set(file_columns(path))
+
+    def num(c: str) -> str:  # NaN (an older file's missing value; above every number in DuckDB) read as NULL
+        return f"NULLIF(CAST(g.{c} AS DOUBLE), 'NaN'::DOUBLE)" if c in cols else "CAST(NULL AS DOUBLE)"
+
+    n, r = num("n_gold_passages"), f"COALESCE({num('recall_id')}, {num('recall_title')})"
+    cond = {"no-gold": f"{n} = 0", "all": f"{n} > 0 AND {r} >= 1", "some": f"{n} > 0 AND {r} > 0 AND {r} < 1",
+            "none": f"{n} > 0 AND {r} = 0"}[kind]
+    return (f'EXISTS (SELECT 1 FROM read_parquet(?, file_row_number=true) AS g WHERE g.file_row_number = t."row" '
+            f"AND g.id = t.id AND {cond})")
+
+
+def run_evidence(runs_dir: str | os.PathLike, run_id: str) -> Path | None:
+    """The run's ``features.parquet`` when it tells how much gold evidence each trajectory retrieved (its
+    ``n_gold_passages`` and an exact recall column); None otherwise (no table, an older one, or one that does not
+    read), when the drill-down offers no evidence filter."""
+    p = _root(runs_dir) / run_id / FEATURES_FILE
+    try:
+        cols = set(file_columns(p))
+    except Exception:  # noqa: BLE001 - a missing or unreadable table: no evidence to filter by
+        return None
+    return p if {"id", "n_gold_passages"} <= cols and cols & {"recall_id", "recall_title"} else None
 
 
 def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None = None,
@@ -507,7 +553,7 @@ def run_trajectories(runs_dir: str | os.PathLike, run_id: str, limit: int | None
     t = _Trajectories({run_id: src.files[run_id]})
     columns = ", ".join(f'"{c}"' for c in TRAJECTORY_COLUMNS if c != "gold")
     if filters:
-        where, params = filters.where(run_gold(runs_dir, run_id))
+        where, params = filters.where(run_gold(runs_dir, run_id), run_evidence(runs_dir, run_id))
         page = " LIMIT ? OFFSET ?" if limit is not None else " OFFSET ?"
         params += [int(limit), int(offset)] if limit is not None else [int(offset)]
         df = t.df(f'SELECT {columns}, example_id FROM t WHERE {where} ORDER BY "row"{page}', params)
@@ -525,7 +571,7 @@ def count_trajectories(runs_dir: str | os.PathLike, run_id: str, filters: Trajec
     src = trajectory_sources(runs_dir)
     if run_id not in src.files:
         return 0
-    where, params = filters.where(run_gold(runs_dir, run_id))
+    where, params = filters.where(run_gold(runs_dir, run_id), run_evidence(runs_dir, run_id))
     n = _Trajectories({run_id: src.files[run_id]}).df(f"SELECT count(*) AS n FROM t WHERE {where}", params)["n"][0]
     return int(n)
 
