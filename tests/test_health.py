@@ -45,6 +45,18 @@ def test_each_kind_of_rule_holds_where_it_says():
         Rule("x", "searches", "fall", 0.3)
 
 
+def test_kl_drift_is_a_rise_from_the_starts_kl_not_a_level():
+    """A run continuing an SFT adapter measures its KL against the base model (the adapter disabled): it starts
+    0.33 nats a token away (a 2-step vLLM run of the README's stage), which is no drift; 0.2 more is."""
+    (kl,) = [r for r in RULES if r.name == "kl_drift"]
+    monitor = HealthMonitor((kl,))
+    fired = [[a.name for a in monitor.observe(step, {"kl": v})[1]] for step, v in enumerate([0.33, 0.40, 0.56], 1)]
+    assert fired == [[], [], ["kl_drift"]]
+    fresh = HealthMonitor((kl,))  # a fresh adapter starts at the reference: KL 0
+    assert [[a.name for a in fresh.observe(s, {"kl": v})[1]] for s, v in enumerate([0.0, 0.15, 0.25], 1)] == [
+        [], [], ["kl_drift"]]
+
+
 def test_an_alarm_fires_once_while_it_holds_and_again_after_it_clears():
     monitor = HealthMonitor((Rule("search_drop", "searches", "drop", 1 / 3, margin=0.3),
                              Rule("no_signal", "uniform_groups", "above", 0.9, steps=2)), reference_steps=2)
