@@ -437,7 +437,7 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
         return None, pn.pane.Alert("No readable trajectories.", alert_type="info")
     states = q.run_states(runs_dir)
     options = {run_label(r, states.get(r, "complete")): r for r in run_ids}  # an unfinished run marked
-    run_select = pn.widgets.Select(label="run", options=options, value=run_ids[0], width=420)
+    run_select = pn.widgets.Select(label="run", options=options, value=run_ids[0], width=420, css_classes=["wb-drill-run"])
     hint = "<i>Select a trajectory (a row) to see its transcript.</i>"
     # above the table, in a box of its own height: a click never moves the table
     transcript = pn.pane.HTML(hint, sizing_mode="stretch_width", height=compare_tab.VIEW_HEIGHT,
