@@ -176,7 +176,9 @@ def test_rewards_on_the_demo_run_are_identical_before_and_after_the_restructure(
         name, _, stage = key.partition(":")
         table = get_preset(name, **({"stage": 2} if stage else {}))(feats)
         got = {"total": table.total, **{c: table.values[c] for c in table.components}}
-        assert set(got) == set(want), key
+        # components added since, reported with weight 0 (the totals above must not move)
+        added = {"dynasearcher": {"r_short"}}.get(name, set())
+        assert set(got) - added == set(want), key
         for comp, values in want.items():
             np.testing.assert_array_equal(np.asarray(got[comp], float)[keep], np.array(values, dtype=float)[keep],
                                           err_msg=f"{key}.{comp}")

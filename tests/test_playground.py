@@ -151,7 +151,7 @@ def test_weight_zero_components_are_still_reported(table):
     box = reward_playground(table, "dynasearcher")
     titles = [a.text for a in box.figures["components"].layout.annotations]
     assert titles == ["r_acc<br>weight 1", "r_gain<br>weight 1", "r_ans<br>weight 0", "r_recall<br>weight 0",
-                      "r_penalty<br>weight 0"]  # one per line: names and weights do not run together
+                      "r_penalty<br>weight 0", "r_short<br>weight 0"]  # one per line: names and weights apart
     assert len({a.y for a in box.figures["components"].layout.annotations}) == 2  # three a row: two rows
     box.weight_sliders["r_gain"].value = 0.0
     cf = expected(box, table)

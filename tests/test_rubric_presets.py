@@ -152,7 +152,7 @@ def test_every_preset_documents_its_equations_and_scores_a_full_row(name):
         assert fn.__doc__, f"{name}.{fn.__name__} has no docstring"
     row = frame(
         em=[1.0], cem=[1.0], f1=[1.0], L_pred=[1.0], L_gt=[1.0], format_ok=[1.0], recall=[1.0], n_searches=[2.0],
-        hops=[2.0], answer_boxes=[1.0], evidence_boxes=[1.0], evidence_f1=[1.0], dag_valid=[1.0],
+        hops=[2.0], answered=[1.0], answer_boxes=[1.0], evidence_boxes=[1.0], evidence_f1=[1.0], dag_valid=[1.0],
         judge_similarity=[1.0], judge_yesno=[1.0], query_concise=[1.0], query_sim_mean=[0.5], query_sim_paper=[0.25],
     )
     t = rubric(row)
@@ -189,6 +189,18 @@ def test_dynasearcher_every_branch():
     approx(t.total[[0, 1, 2, 3, 6]], [1.25, 1.0, 0.005, 0.2, 0.5 + 0.5 * (1 / 0.9 - 1)])
     assert math.isnan(t.total[4]) and math.isnan(t.total[5])
     assert t.missing["total"] == 2 and t.missing["r_acc"] == 1 and t.missing["r_gain"] == 1
+
+
+def test_r_short_charges_the_hops_left_unsearched_when_answering():
+    """Not the paper's term: −max(0, i − t)/i for an answer, 0 without one; weight 0 unless the user gives one."""
+    df = frame(format_ok=[1] * 6, L_pred=[1] * 6, L_gt=[1] * 6, f1=[1.0] * 6, cem=[1] * 6, recall=[0.5] * 6,
+               n_searches=[1, 2, 0, 1, 3, 1], hops=[2, 2, 1, 3, 2, NAN], answered=[1, 1, 1, 0, 1, 1])
+    t = get_preset("dynasearcher")(df)
+    # 2-hop after 1 search: half its hops left | all searched | 1-hop, none: all | no answer: 0 | past the hops: 0
+    approx(t["r_short"][:5], [-0.5, 0.0, -1.0, 0.0, 0.0])
+    assert math.isnan(t["r_short"][5]) and t.weights["r_short"] == 0
+    charged = get_preset("dynasearcher", weights={"r_short": 0.5})(df)
+    approx(charged.total[:5] - t.total[:5], [-0.25, 0.0, -0.5, 0.0, 0.0])  # the paper's total, then the charge
 
 
 def test_dynasearcher_parameters_move_the_right_terms():

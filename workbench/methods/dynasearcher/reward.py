@@ -53,14 +53,28 @@ def r_gain(c: Columns, *, alpha: float = 0.5, beta: float = -0.2, gamma: float =
     return alpha * (r_recall(c) - r_penalty(c, beta=beta, gamma=gamma))
 
 
+def r_short(c: Columns) -> np.ndarray:
+    """Not in DynaSearcher: ``−max(0, i − t) / i`` for a trajectory that answered, 0 for one that did not: the share of
+    the gold hops left unsearched when it answered (i = gold hops, t = searches made). Eq. 5 charges a search past
+    the hops and, with β < 0, pays a little for stopping short; this charges stopping short. Weight 0 in the paper's
+    rubric (reported only); ``--reward-weights '{"r_short": 0.5}'`` makes a 2-hop answer after one search cost 0.25.
+    """
+    t, i, answered = c["n_searches"], c["hops"], c["answered"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        short = 0.0 - np.maximum(0.0, i - t) / np.where(i > 0, i, np.nan)  # 0.0 - x: no -0.0
+    short = np.where(i == 0, 0.0, short)  # no hops to search: nothing left short (NaN hops stay NaN)
+    return nan_where(is_true(answered), short, 0.0, answered)
+
+
 def dynasearcher(**kw: Any) -> Rubric:
     """DynaSearcher (file 000): ``r_overall = r_acc + r_gain`` (Eq. 6).
 
     Defaults α = 0.5, γ = 0.9, β = −0.2, n = 3 (Sec. 3.2). ``r_ans``, ``r_recall`` and
-    ``r_penalty`` are reported with weight 0. Needs ``format_ok``, ``f1``, ``cem``,
-    ``L_pred``, ``L_gt``, ``recall``, ``n_searches``, ``hops``.
+    ``r_penalty`` are reported with weight 0, and so is ``r_short`` (not the paper's: the hops left unsearched
+    when answering; give it a weight to charge stopping short). Needs ``format_ok``, ``f1``, ``cem``,
+    ``L_pred``, ``L_gt``, ``recall``, ``n_searches``, ``hops``, ``answered``.
     """
-    return Rubric([r_acc, r_gain, r_ans, r_recall, r_penalty], [1, 1, 0, 0, 0], kw, name="dynasearcher",
+    return Rubric([r_acc, r_gain, r_ans, r_recall, r_penalty, r_short], [1, 1, 0, 0, 0, 0], kw, name="dynasearcher",
                   doc=dynasearcher.__doc__ or "")
 
 
