@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.rollout.backends.base import ENGINES, Backend, Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from workbench.rollout.backends.base import CausalLM
 
 BACKEND_KINDS = ("hf", "vllm", "openai")
 #: backends loaded on first use (an HTTP client, vLLM's wrapper): ``from workbench.rollout.backends import X`` works
@@ -34,8 +39,8 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"workbench.rollout.backends.{_LAZY[name]}"), name)
 
 
-def make_backend(kind: str = "hf", model: Any = None, *, tokenizer: Any = None, engine: str = "fp32",
-                 **kw: Any) -> Backend:
+def make_backend(kind: str = "hf", model: str | os.PathLike | CausalLM | None = None, *,
+                 tokenizer: PreTrainedTokenizerBase | None = None, engine: str = "fp32", **kw: Any) -> Backend:
     """A rollout backend by ``kind`` (``hf`` | ``vllm`` | ``openai``).
 
     Args:

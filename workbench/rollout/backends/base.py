@@ -8,11 +8,20 @@ returned ids as they are.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from workbench.core.choices import ROLLOUT_ENGINES
 from workbench.util.textsafe import clean_text
+
+if TYPE_CHECKING:  # type-only: this module stays light (no transformers or peft when imported)
+    from peft import PeftModel
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+CausalLM: TypeAlias = "PreTrainedModel | PeftModel"
+"""A loaded causal LM that a backend generates with: a transformers model, or a peft model with its adapter (a name
+for annotations: neither library is imported here)."""
 
 #: ``hf``'s implementations (``--rollout-engine``; ``quant.choose_engine`` picks for ``auto``): the ``RolloutEngine``
 #: type's values, so that flags and configs check a name without importing torch
@@ -84,7 +93,7 @@ class Backend:
     observations and decode sampled ids for parsing)."""
 
     name = "backend"
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, max_new_tokens: list[int] | None = None
@@ -118,12 +127,12 @@ class Backend:
             raise ChatError(replies, errors)
         return replies
 
-    def as_llm(self, params: SamplingParams | None = None):
+    def as_llm(self, params: SamplingParams | None = None) -> Callable[[str], str]:
         """A ``str -> str`` callable (the prompt sent as one user message), for the KG filter and judges."""
         return lambda prompt: self.chat(prompt, params)
 
 
-def token_limits(prompts: list[Any], params: SamplingParams, max_new_tokens: list[int] | None) -> list[int]:
+def token_limits(prompts: Sequence[list[int]], params: SamplingParams, max_new_tokens: list[int] | None) -> list[int]:
     """The new-token limit of each prompt: ``max_new_tokens`` per prompt, else ``params.max_new_tokens``."""
     limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
     if len(limits) != len(prompts):
@@ -131,7 +140,7 @@ def token_limits(prompts: list[Any], params: SamplingParams, max_new_tokens: lis
     return limits
 
 
-def encode_chat(tokenizer: Any, conversation: list[dict[str, str]] | str) -> list[int]:
+def encode_chat(tokenizer: PreTrainedTokenizerBase, conversation: list[dict[str, str]] | str) -> list[int]:
     """Token ids of a chat prompt (with the generation prompt appended)."""
     msgs = [{"role": "user", "content": conversation}] if isinstance(conversation, str) else conversation
     if getattr(tokenizer, "chat_template", None):
@@ -143,7 +152,7 @@ def encode_chat(tokenizer: Any, conversation: list[dict[str, str]] | str) -> lis
     return tokenizer.encode(text, add_special_tokens=True)
 
 
-def eos_ids(tokenizer: Any, model_config: Any = None) -> set[int]:
+def eos_ids(tokenizer: PreTrainedTokenizerBase, model_config: GenerationConfig | None = None) -> set[int]:
     """EOS ids from the tokenizer and (if given) a generation config."""
     ids: set[int] = set()
     for src in (tokenizer, model_config):

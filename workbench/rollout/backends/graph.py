@@ -27,12 +27,17 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.rollout.backends.base import SamplingParams
+from workbench.rollout.backends.base import Generation, SamplingParams
 from workbench.rollout.backends.hf import CACHE_ARG, HFBackend, _BufferedLayer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from workbench.rollout.backends.base import CausalLM
 
 _ALIGN = 64  # static caches hold a multiple of this many tokens (aligned attention masks, fewer distinct shapes)
 
@@ -53,7 +58,7 @@ def _lora_layers(model: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
-def merged_lora(model: Any) -> Iterator[int]:
+def merged_lora(model: CausalLM) -> Iterator[int]:
     """Within the block, ``model``'s applying LoRA adapters are merged into their base weights (peft's ``merge``);
     after it, each base weight is the saved copy again, bit for bit, and no layer counts as merged. Yields how many
     layers were merged (0 for a model without LoRA)."""
@@ -120,13 +125,15 @@ class GraphBackend(HFBackend):
     name = "graph"
     _drops_rows = False
 
-    def __init__(self, model: Any, tokenizer: Any, graphs: bool = True, merge: bool = True, **kw: Any):
+    def __init__(self, model: CausalLM, tokenizer: PreTrainedTokenizerBase, graphs: bool = True, merge: bool = True,
+                 **kw: Any):
         super().__init__(model, tokenizer, **kw)
         self.graphs = graphs and self.device.type == "cuda"
         self.merge = merge
         self.stats.update(graph_captures=0, graph_replays=0, eager_steps=0, merged_layers=0, graph_fallback=None)
 
-    def generate(self, prompts, params: SamplingParams, max_new_tokens=None):
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 max_new_tokens: list[int] | None = None) -> list[Generation]:
         with merged_lora(self.model) if self.merge else contextlib.nullcontext(0) as n:
             self.stats["merged_layers"] = n
             return super().generate(prompts, params, max_new_tokens)

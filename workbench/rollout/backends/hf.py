@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -50,6 +50,13 @@ from workbench.rollout.backends.base import (
     token_limits,
 )
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from transformers.cache_utils import Cache
+    from transformers.utils import ModelOutput
+
+    from workbench.rollout.backends.base import CausalLM
+
 _STOP_WINDOW = 16  # tokens decoded from the end of each sequence to look for stop strings
 # Budgets on a CPU, where the RAM is the process's (bench/RESULTS.md "Eval memory on real data"):
 CPU_CACHE_BYTES = 384 << 20  # kept key/value caches between calls (256 MiB: no lower eval peak, 6 % more CPU)
@@ -64,7 +71,7 @@ DECODE_ROOM = 256  # decode tokens the key/value buffers have room for at first;
 CACHE_ARG = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
-def output_cache(out: Any) -> Any:
+def output_cache(out: ModelOutput) -> Cache:
     """The key/value cache a forward returned (under :data:`CACHE_ARG`)."""
     return getattr(out, CACHE_ARG)
 
@@ -107,9 +114,9 @@ class HFBackend(Backend):
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 32, prefix_cache: bool = True,
-                 cache_bytes: int | None = None, batch_bytes: int | None = None, prefill_bytes: int | None = None,
-                 preallocate: bool = True, by_new_tokens: bool = True):
+    def __init__(self, model: CausalLM, tokenizer: PreTrainedTokenizerBase, batch_size: int = 32,
+                 prefix_cache: bool = True, cache_bytes: int | None = None, batch_bytes: int | None = None,
+                 prefill_bytes: int | None = None, preallocate: bool = True, by_new_tokens: bool = True):
         self.model = model
         self.by_new_tokens = by_new_tokens
         self.preallocate = preallocate
@@ -136,7 +143,8 @@ class HFBackend(Backend):
         self.pad_id = pad if pad is not None else min(self._eos or {0})
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | None = None, device: str = "auto", dtype: Any = None, **kw: Any) -> HFBackend:
+    def from_pretrained(cls, name_or_path: str | None = None, device: str = "auto",
+                        dtype: torch.dtype | str | None = None, **kw: Any) -> HFBackend:
         from workbench.core.models import load_policy
 
         model, tok = load_policy(name_or_path, device=device, dtype=dtype)
@@ -161,7 +169,8 @@ class HFBackend(Backend):
             return None
         return max(1, self.cache_bytes // (self.kv_bytes_per_token * max(1, tokens)))
 
-    def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 max_new_tokens: list[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)

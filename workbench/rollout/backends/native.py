@@ -35,11 +35,25 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from torch import nn
+    from transformers import LlamaForCausalLM, LlamaModel, PretrainedConfig
+    from transformers.cache_utils import Cache
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRMSNorm
+
+    LeanLayer: TypeAlias = tuple[LlamaRMSNorm, LlamaAttention, LlamaRMSNorm, nn.Module, tuple[nn.Module, ...], object,
+                                 object]
+    """A decoder layer as ``LeanDecode`` collects it: input norm, attention, post-attention norm, activation, the 7
+    int4 linears (q, k, v, o, gate, up, down) and the fused q/k/v and gate/up matrices (None where not fused)."""
 
 SOURCE = Path(__file__).with_name("decode_step.c")
 BLOCK = 32
@@ -213,6 +227,24 @@ def pack_int8(w: Tensor) -> Tensor:
         .reshape(N, -1).contiguous()
 
 
+class LeanModel(Protocol):
+    """What :class:`NativeDecode` reads of a :class:`~workbench.rollout.backends.quant.LeanDecode` (that module imports
+    this one, so the type is described here): the int4 copy of a Llama model, its inner model, its config and its
+    decoder layers."""
+
+    @property
+    def model(self) -> LlamaForCausalLM: ...
+
+    @property
+    def inner(self) -> LlamaModel: ...
+
+    @property
+    def config(self) -> PretrainedConfig: ...
+
+    @property
+    def layers(self) -> Sequence[LeanLayer]: ...
+
+
 class NativeDecode:
     """The C decode step for the copy a :class:`~workbench.rollout.backends.quant.LeanDecode` steps through.
     :meth:`build` returns ``None`` (with :attr:`why_not` set) where it does not apply; :meth:`takes` says whether a
@@ -223,7 +255,7 @@ class NativeDecode:
     """Rows a step may have: above :data:`MAX_ROWS` it runs as one C call per :data:`MAX_ROWS` rows (each reads the
     weights again). The backend raises it where the torch path for larger batches is fp32 (no native bf16)."""
 
-    def __init__(self, lean: Any, lib: ctypes.CDLL):
+    def __init__(self, lean: LeanModel, lib: ctypes.CDLL):
         cfg, inner, model = lean.config, lean.inner, lean.model
         rope = (getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}).get("rope_type",
                                                                                                        "default")
@@ -262,7 +294,7 @@ class NativeDecode:
         self.active = self.refresh()
 
     @classmethod
-    def build(cls, lean: Any, lib: ctypes.CDLL | None = None) -> NativeDecode | None:
+    def build(cls, lean: LeanModel, lib: ctypes.CDLL | None = None) -> NativeDecode | None:
         """For ``lean``'s copy over ``lib`` (default: :func:`library`)."""
         lib, why = (lib, "") if lib is not None else library()
         if lib is None:
@@ -312,7 +344,7 @@ class NativeDecode:
         self._lora_live = live
         return True
 
-    def takes(self, tokens: Tensor, attn: Tensor, past: Any) -> bool:
+    def takes(self, tokens: Tensor, attn: Tensor, past: Cache) -> bool:
         from workbench.rollout.backends.hf import _BufferedLayer
 
         rows = tokens.shape[0]
@@ -326,7 +358,7 @@ class NativeDecode:
         return (k.shape[0] == rows and k.dtype == torch.float32 and (k.shape[1], k.shape[3]) == self.kv_shape
                 and attn.shape == (rows, layers[0].n + 1))
 
-    def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Any, Tensor]:
+    def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Cache) -> tuple[Cache, Tensor]:
         layers = past.layers
         pos = pos.to(torch.int64)
         n = layers[0].n

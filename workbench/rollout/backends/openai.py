@@ -17,7 +17,7 @@ import json
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import tenacity
@@ -35,6 +35,9 @@ from workbench.rollout.backends.base import (
 )
 from workbench.util.http_stack import is_loopback
 from workbench.util.textsafe import clean_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ class OpenAIBackend(Backend):
         self,
         base_url: str,
         model: str,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase | str | None,
         api_key: str | None = None,
         timeout_s: float = 60,
         max_retries: int = 3,
@@ -128,7 +131,8 @@ class OpenAIBackend(Backend):
         self._client.close()
 
     # ------------------------------------------------------------------ public
-    def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 max_new_tokens: list[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)

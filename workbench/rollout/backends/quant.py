@@ -35,14 +35,24 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from workbench.rollout.backends.base import ENGINES  # noqa: F401 (re-exported: the engine names, kept light)
+from workbench.rollout.backends.base import (  # noqa: F401 (ENGINES re-exported: the engine names, kept light)
+    ENGINES,
+    Generation,
+    SamplingParams,
+)
 from workbench.rollout.backends.hf import HFBackend
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from transformers.cache_utils import Cache
+
+    from workbench.rollout.backends.base import CausalLM
 
 GROUP_SIZE = 32  # inputs per int4 scale/offset: Q4_1's block, and the smallest group torch's CPU kernel takes
 DECODE_ROWS = 10  # rows up to which a product runs the int4 kernel (a decode step: int4 faster at 8 rows, bf16 at 16)
@@ -345,7 +355,7 @@ class LeanDecode:
         half = x.shape[-1] // 2
         return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
 
-    def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Any) -> tuple[Any, Tensor]:
+    def __call__(self, tokens: Tensor, attn: Tensor, pos: Tensor, past: Cache) -> tuple[Cache, Tensor]:
         inner = self.inner
         h = inner.embed_tokens(tokens[:, None])
         mask = self._causal_mask(config=self.config, inputs_embeds=h, attention_mask=attn, position_ids=pos,
@@ -396,7 +406,7 @@ def _onednn_bf16() -> bool:
         return False
 
 
-def choose_engine(engine: str, model: Any) -> tuple[str, str]:
+def choose_engine(engine: str, model: CausalLM) -> tuple[str, str]:
     """``(engine, why)`` for ``--rollout-engine ENGINE``: ``fp32``, ``int4`` and ``graph`` as asked; ``auto`` is ``graph``
     for a model on CUDA (:mod:`workbench.rollout.backends.graph`), ``int4`` for an fp32 model on a CPU with native bf16,
     or on one whose C decode step builds with vector kernels (AVX2 + FMA: most x86-64 CPUs since 2013; NEON: every
@@ -450,8 +460,8 @@ class QuantBackend(HFBackend):
 
     name = "int4"
 
-    def __init__(self, model: Any, tokenizer: Any, decode_rows: int | None = None, lean: bool = True,
-                 native: bool = True, prefill_bf16: bool | None = None, **kw: Any):
+    def __init__(self, model: CausalLM, tokenizer: PreTrainedTokenizerBase, decode_rows: int | None = None,
+                 lean: bool = True, native: bool = True, prefill_bf16: bool | None = None, **kw: Any):
         from workbench.rollout.backends.native import NativeDecode
 
         self.source = model
@@ -483,7 +493,8 @@ class QuantBackend(HFBackend):
         return (f"int4 decode / {'bf16' if self.prefill_bf16 else 'fp32'} prefill: {one} of {len(self.layers)} "
                 f"linear layers on the int4 grid, {len(self.layers) - one} with two int4 levels; {small}")
 
-    def generate(self, prompts, params, max_new_tokens=None):
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 max_new_tokens: list[int] | None = None) -> list[Generation]:
         stale = [m for m in self.layers if m.stale]
         if stale:
             raise RuntimeError(f"{len(stale)} base weights changed in place (or took a LoRA merge) since the int4 copy "

@@ -8,9 +8,13 @@ token granularity, exactly as a real backend would stop.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from workbench.rollout.backends.base import EOS, LENGTH, STOP, Backend, Generation, SamplingParams, find_stop
 from workbench.util.textsafe import clean_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 Script = Callable[[str, int], str] | list[str]
 
@@ -28,7 +32,8 @@ class ScriptedBackend(Backend):
 
     name = "scripted"
 
-    def __init__(self, tokenizer, script: Script, logprob: float = -1.0, append_eos: bool = True):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, script: Script, logprob: float = -1.0,
+                 append_eos: bool = True):
         self.tokenizer = tokenizer
         self.script = script
         self.logprob = logprob
@@ -50,7 +55,8 @@ class ScriptedBackend(Backend):
         seen.add(p)
         return n
 
-    def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 max_new_tokens: list[int] | None = None) -> list[Generation]:
         self.calls.append([list(p) for p in prompts])
         limits = max_new_tokens or [params.max_new_tokens] * len(prompts)
         eos = sorted(self.eos_token_ids())

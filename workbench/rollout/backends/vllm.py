@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.rollout.backends.base import (
     EOS,
@@ -53,6 +53,12 @@ from workbench.rollout.backends.base import (
     eos_ids,
     token_limits,
 )
+
+if TYPE_CHECKING:  # vLLM lives in its own environment (make vllm-env): imported only where it is built
+    from transformers import PreTrainedTokenizerBase
+    from vllm import RequestOutput
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.lora.request import LoRARequest
 
 #: The KV cache vLLM's CPU build gets unless ``kv_cache_memory_bytes`` or ``VLLM_CPU_KVCACHE_SPACE`` says otherwise:
 #: 2 GiB holds ~90k bf16 tokens of the default model, more than twice a training step's 24 rollouts
@@ -105,7 +111,7 @@ class VLLMBackend(Backend):
         self,
         model: str | Path | None = None,
         *,
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         dtype: str = "bfloat16",
         enable_lora: bool = False,
         max_lora_rank: int = 16,
@@ -152,11 +158,11 @@ class VLLMBackend(Backend):
         """True between ``clear_cache()`` (sleep) and the next ``generate`` (wake-up)."""
         self.llm = vllm.LLM(**kwargs)
         self._eos = eos_ids(self.tokenizer, _generation_config(self.model_path))
-        self.lora_request: Any = None
+        self.lora_request: LoRARequest | None = None
         self._lora_id = 0
 
     # ------------------------------------------------------------------ LoRA
-    def set_adapter(self, path: str | Path, name: str | None = None) -> Any:
+    def set_adapter(self, path: str | Path, name: str | None = None) -> LoRARequest:
         """Sample from the LoRA adapter saved at ``path`` from now on.
 
         Every call makes a new ``LoRARequest`` with the next integer id (and a name carrying
@@ -199,7 +205,7 @@ class VLLMBackend(Backend):
     def eos_token_ids(self) -> set[int]:
         return set(self._eos)
 
-    def sampling_params(self, params: SamplingParams, limit: int, seed: int | None) -> Any:
+    def sampling_params(self, params: SamplingParams, limit: int, seed: int | None) -> VLLMSamplingParams:
         """The ``vllm.SamplingParams`` of one prompt."""
         return self._vllm_sampling_params(
             n=1,
@@ -213,7 +219,8 @@ class VLLMBackend(Backend):
             skip_special_tokens=False,
         )
 
-    def generate(self, prompts, params: SamplingParams, max_new_tokens=None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 max_new_tokens: list[int] | None = None) -> list[Generation]:
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)
@@ -230,7 +237,7 @@ class VLLMBackend(Backend):
                 out[i] = self.to_generation(res)
         return out  # type: ignore[return-value]
 
-    def to_generation(self, request_output: Any) -> Generation:
+    def to_generation(self, request_output: RequestOutput) -> Generation:
         """Map one ``RequestOutput`` (``n=1``) to a ``Generation``; a malformed one becomes an error."""
         try:
             o = request_output.outputs[0]
