@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.trajectory import OBSERVATION, POLICY, Trajectory, Turn
 from workbench.data.example import Example
@@ -26,6 +26,9 @@ from workbench.protocols.base import ANSWER, INVALID, SEARCH, Observation, Proto
 from workbench.rollout.backends.base import EOS, ERROR, Backend, Generation, SamplingParams, encode_chat
 from workbench.tools.base import Toolbox, neutralize_special_tokens
 from workbench.util.textsafe import clean_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -57,7 +60,7 @@ class RolloutConfig:
         return asdict(self)
 
 
-def chat_delta(tokenizer: Any) -> tuple[str, str]:
+def chat_delta(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
     """The template text around an observation delivered as a user turn.
 
     Returns ``(close_assistant_open_user, close_user_open_assistant)``, found by rendering
@@ -97,7 +100,7 @@ class _State:
         return self.traj.token_ids
 
 
-def build_prompt_ids(protocol: Protocol, tokenizer: Any, example: Example) -> list[int]:
+def build_prompt_ids(protocol: Protocol, tokenizer: PreTrainedTokenizerBase, example: Example) -> list[int]:
     return encode_chat(tokenizer, protocol.messages(example))
 
 
@@ -198,7 +201,7 @@ def rollout(
 OBS_TOKENS = 256
 
 
-def rollout_slots(backend: Backend, cfg: RolloutConfig, states: list[Any]) -> int | None:
+def rollout_slots(backend: Backend, cfg: RolloutConfig, states: list[_State]) -> int | None:
     """How many trajectories may generate at once (``None``: all): as many as the backend keeps the key/value caches
     of (``Backend.rows_kept``) at the length a trajectory is expected to reach (its prompt plus, each turn,
     ``max_new_tokens`` and :data:`OBS_TOKENS`, at most ``max_total_tokens``). With more sequences than its cache
@@ -217,9 +220,9 @@ def rollout_slots(backend: Backend, cfg: RolloutConfig, states: list[Any]) -> in
 # close. Nothing here generates; the caller hands each turn's ``Generation`` to ``step_trajectory``.
 
 
-def start_trajectory(ex: Example, protocol: Protocol, toolbox: Toolbox, tok: Any, cfg: RolloutConfig,
-                     sample_idx: int = 0, prompt_ids: list[int] | None = None, prompt_text: str | None = None,
-                     meta: dict[str, Any] | None = None) -> _State:
+def start_trajectory(ex: Example, protocol: Protocol, toolbox: Toolbox, tok: PreTrainedTokenizerBase,
+                     cfg: RolloutConfig, sample_idx: int = 0, prompt_ids: list[int] | None = None,
+                     prompt_text: str | None = None, meta: dict[str, Any] | None = None) -> _State:
     """Member ``sample_idx`` of ``ex``'s group: the prompt (encoded once) and the protocol's initial observation."""
     if prompt_ids is None:
         prompt_ids = build_prompt_ids(protocol, tok, ex)
@@ -256,8 +259,8 @@ def _finish(s: _State, reason: str) -> None:
     s.traj.finish_reason = reason
 
 
-def step_trajectory(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox: Toolbox, tok: Any,
-                    eos: set[int], cfg: RolloutConfig, last_turn: bool,
+def step_trajectory(s: _State, g: Generation, latency: float, protocol: Protocol, toolbox: Toolbox,
+                    tok: PreTrainedTokenizerBase, eos: set[int], cfg: RolloutConfig, last_turn: bool,
                     on_turn: Callable[[Trajectory, Turn], None] | None = None) -> None:
     """Append one sampled policy turn ``g`` (ids as sampled), parse and act on it, append the observation's ids.
     ``on_turn(trajectory, turn)`` sees the policy turn before its action runs."""

@@ -22,11 +22,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workbench.util.io import read_json, regular_file
 
 if TYPE_CHECKING:
+    from peft import PeftModel
+
     from workbench.rollout.backends.base import Backend
 
 
@@ -95,7 +97,8 @@ def check_adapter_files(directory: str | os.PathLike) -> set[str]:
     return names
 
 
-def check_adapter_fits(model: Any, names: set[str], directory: str | os.PathLike, adapter_name: str = "default") -> None:
+def check_adapter_fits(model: PeftModel, names: set[str], directory: str | os.PathLike,
+                       adapter_name: str = "default") -> None:
     """An :class:`AdapterError` if peft's ``model`` now holds adapter ``adapter_name`` with LoRA weights that the
     adapter's file (tensor ``names``, :func:`check_adapter_files`) did not supply: peft warns and leaves those
     modules at their initial weights (B = 0: the base model there)."""
@@ -167,7 +170,7 @@ class LoRAAdapters:
             self._active = None  # peft made the new adapter active: switch explicitly before the next batch
             self.backend.clear_cache()
 
-    def resolve(self, path: Any) -> Path:
+    def resolve(self, path: object) -> Path:
         """``path`` (relative ones from :attr:`root`) with links resolved, if it lies under :attr:`root`; else one
         AdapterError that says the same whether the path exists or not."""
         if not isinstance(path, str) or not path or "\0" in path:

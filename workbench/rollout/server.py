@@ -60,7 +60,7 @@ import uuid
 from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
 
@@ -68,6 +68,9 @@ from workbench.rollout.backends.base import ERROR, GREEDY_BELOW, LENGTH, STOP, B
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
 from workbench.util.http_stack import BearerAuth, BodyGuard, ServerThread, is_loopback, json_response
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +414,7 @@ class _Slashes:
         await self.app(scope, receive, send)
 
 
-def create_app(srv: CompletionServer) -> Any:
+def create_app(srv: CompletionServer) -> ASGIApp:
     """The ASGI app of ``srv``: FastAPI routes inside :class:`BodyGuard` (413 / non-UTF-8) inside the key check.
 
     Generation waits on the batcher's future, not on a thread, so the threadpool (which only parses
