@@ -23,12 +23,17 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
 from workbench.util.io import atomic_path, atomic_write_json, atomic_write_text
+
+if TYPE_CHECKING:
+    from workbench.rl.data_stream import DataStream
+    from workbench.rl.train_config import TrainConfig
+    from workbench.storage.runs import Run
 
 STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_state.safetensors"
@@ -45,6 +50,44 @@ VERSION = 1
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot (or must not) be loaded."""
+
+
+class AdapterFiles(Protocol):
+    """The policy's part of a checkpoint: a :class:`~workbench.rl.policy.LoRAPolicy` (which imports this module)."""
+
+    def save_adapter(self, directory: str | os.PathLike) -> Path: ...
+
+    def load_adapter(self, directory: str | os.PathLike) -> None: ...
+
+
+class Checkpointed(Protocol):
+    """What a checkpoint saves of a :class:`~workbench.rl.trainer.Trainer` (which imports this module) and restores."""
+
+    step: int
+    opt_step: int
+    stage: int
+    best: dict[str, Any] | None
+
+    @property
+    def config(self) -> TrainConfig: ...
+
+    @property
+    def data(self) -> DataStream: ...
+
+    @property
+    def policy(self) -> AdapterFiles: ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def run(self) -> Run | None: ...
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
 
 
 # ----------------------------------------------------------------------------- RNG
@@ -167,7 +210,7 @@ def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
 
 
-def save_checkpoint(trainer: Any) -> Path | None:
+def save_checkpoint(trainer: Checkpointed) -> Path | None:
     """Adapter, optimizer, RNG states, data cursors and reward stage of ``trainer``, atomically
     (rank 0 writes; every process takes part in gathering the data cursors)."""
     cursors = [trainer.data.state_dict()]
@@ -199,7 +242,7 @@ def save_checkpoint(trainer: Any) -> Path | None:
     return final
 
 
-def load_checkpoint(trainer: Any, path: str | os.PathLike) -> None:
+def load_checkpoint(trainer: Checkpointed, path: str | os.PathLike) -> None:
     """Restore ``trainer`` from checkpoint directory ``path`` (safetensors + JSON only)."""
     p = Path(path)
     js, tensors = read_state(p)

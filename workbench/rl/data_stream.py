@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
 from workbench.data.example import Example
+
+if TYPE_CHECKING:
+    from workbench.data.world import World
 
 #: Question orders (``TrainConfig.curriculum``): shuffled per epoch, fewer hops first, fewer sources first.
 CURRICULA = ("none", "hops", "sources")
@@ -76,7 +79,24 @@ def repeat_by_hops(items: Sequence[T], hops_of: Callable[[T], int | None], repea
     return [x for x in items for _ in range(int(repeats.get(str(hops_of(x)), 1)))]
 
 
-def split_examples(config: Any, world: Any, examples: Sequence[Example] | None,
+class SplitSettings(Protocol):
+    """What :func:`split_examples` reads of a :class:`~workbench.rl.train_config.TrainConfig` (which imports this
+    module, so the type is described here)."""
+
+    @property
+    def split(self) -> str: ...
+
+    @property
+    def eval_split(self) -> str: ...
+
+    @property
+    def question_types(self) -> Sequence[str] | None: ...
+
+    @property
+    def eval_limit(self) -> int: ...
+
+
+def split_examples(config: SplitSettings, world: World | None, examples: Sequence[Example] | None,
                    eval_examples: Sequence[Example] | None) -> tuple[list[Example], list[Example]]:
     """``(train, held_out)`` for a TrainConfig: the given examples or the world's splits, filtered by
     ``question_types``, held-out cut to ``eval_limit``; a held-out question that is also a training

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from workbench.rewards.features import save_features
 from workbench.rewards.preset import FeatureNeeds
 from workbench.rl.advantages import FilterStats
 from workbench.storage.runs import Run
+
+if TYPE_CHECKING:
+    from workbench.rewards.rubric import RewardTable
 
 
 @dataclass
@@ -97,7 +100,21 @@ def write_step(run: Run, step: int, sb: StepBatch, row: dict[str, Any]) -> None:
     run.append_step_metrics(row)
 
 
-def finalize_run(run: Run, config: Any, steps: int) -> dict[str, Any]:
+class RunNames(Protocol):
+    """The names :func:`finalize_run` records: a :class:`~workbench.rl.train_config.TrainConfig`'s, or those read
+    back from the config of another trainer's run (``workbench.integrations.trl``)."""
+
+    @property
+    def preset(self) -> str | None: ...
+
+    @property
+    def reward(self) -> str | None: ...
+
+    @property
+    def protocol(self) -> str | None: ...
+
+
+def finalize_run(run: Run, config: RunNames, steps: int) -> dict[str, Any]:
     """Join the per-step tables into ``trajectories.parquet`` / ``features.parquet`` (atomically);
     write ``metrics.json`` (first/last-quarter reward, held-out before/after)."""
     import pandas as pd
@@ -176,7 +193,7 @@ def missing_encoder(encoder: str, needs: FeatureNeeds) -> str:
             "embedding), which stay NaN without an encoder: pass --encoder auto (or a path)")
 
 
-def check_failed_share(n_failed: int, n: int, max_share: float, tables: Sequence[Any], step: int,
+def check_failed_share(n_failed: int, n: int, max_share: float, tables: Sequence[RewardTable], step: int,
                        hint: str = "") -> None:
     """Raise :class:`FailedRewardsError` when ``n_failed / n > max_share``, naming the reward
     components (of the rubric ``tables``) that were NaN and how often, and ``hint`` (a likely cause) first."""

@@ -24,8 +24,9 @@ sampling (:func:`workbench.rl.losses.truncated_is_weights`) and logs ``tis_clip_
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
@@ -37,6 +38,11 @@ from workbench.rl.flops import backward_flops, forward_flops, model_shape, work_
 from workbench.rl.losses import log_ratio, policy_loss, truncated_is_weights
 from workbench.rl.shared_prefix import common_prefix_len
 from workbench.rl.steplog import merge_micro_stats, summarize_updates
+
+if TYPE_CHECKING:
+    from workbench.rl.config import LossConfig
+    from workbench.rl.policy import LoRAPolicy
+    from workbench.rl.train_config import TrainConfig
 
 
 @dataclass
@@ -92,8 +98,34 @@ class _Work:
         self.flops += forward_flops(self.shape, tokens, pairs, targets) + backward_flops(self.shape, tokens, pairs, targets)
 
 
+class Updated(Protocol):
+    """What an update reads of a :class:`~workbench.rl.trainer.Trainer` (which imports this module), and its optimizer
+    step count, which it advances."""
+
+    opt_step: int
+
+    @property
+    def config(self) -> TrainConfig: ...
+
+    @property
+    def loss_cfg(self) -> LossConfig: ...
+
+    @property
+    def policy(self) -> LoRAPolicy: ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def step_seed(self, step: int, round_: int = 0) -> int: ...
+
+    def reduce_grads(self) -> None: ...
+
+
 @torch.no_grad()
-def forward_no_grad(trainer: Any, batch: RLBatch, ref: bool) -> Tensor:
+def forward_no_grad(trainer: Updated, batch: RLBatch, ref: bool) -> Tensor:
     """Reference (adapter disabled) or current-policy logprobs of ``batch``, micro-batch by micro-batch."""
     out = torch.zeros_like(batch.old_logprobs)
     fn = trainer.policy.ref_logprobs if ref else trainer.policy.logprobs
@@ -124,11 +156,12 @@ def _merge_mismatch(acc: dict[str, float], st: dict[str, float]) -> None:
         acc[k] = max(acc.get(k, 0.0), v) if k == "diff_max" else acc.get(k, 0.0) + v
 
 
-def run_update(trainer: Any, batch: RLBatch, step: int) -> dict[str, float]:
+def run_update(trainer: Updated, batch: RLBatch, step: int) -> dict[str, float]:
     """Optimizer epochs over mini-batches, gradient accumulation over micro-batches; returns the stats.
 
     ``trainer``: a :class:`~workbench.rl.trainer.Trainer`, or anything with its ``config``, ``loss_cfg``, ``policy``,
-    ``optimizer``, ``world_size``, ``opt_step`` (advanced here), ``step_seed`` and ``reduce_grads``."""
+    ``optimizer``, ``world_size``, ``opt_step`` (advanced here), ``step_seed`` and ``reduce_grads``
+    (:class:`Updated`)."""
     cfg, lc = trainer.config, trainer.loss_cfg
     secs = {"reference": 0.0, "old_logprobs": 0.0, "update": 0.0}
     min_rows = len(batch)
@@ -217,7 +250,7 @@ def run_update(trainer: Any, batch: RLBatch, step: int) -> dict[str, float]:
     return out
 
 
-def clip_grad_norm(params: list[Any], clip: float) -> float:
+def clip_grad_norm(params: Sequence[Tensor], clip: float) -> float:
     """The gradients' global L2 norm, after clipping them to ``clip`` when it is > 0 (the norm before clipping)."""
     if clip > 0:
         return float(torch.nn.utils.clip_grad_norm_(params, clip))
