@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,8 +111,8 @@ class AdapterSettings:
     values: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, given: dict[str, Any], fields: tuple[str, ...] | list[str], *, override: bool = False,
-              takes: Any = None, check_only: tuple[str, ...] = CHECKED_ONLY,
-              by: str | None = None) -> tuple[dict[str, Any], str | None]:
+              takes: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+              check_only: tuple[str, ...] = CHECKED_ONLY, by: str | None = None) -> tuple[dict[str, Any], str | None]:
         """``given`` (the values the caller set; absent or None = not set) with the adapter's settings among ``fields``
         filled in, and a one-line note of what was applied or overridden (None: nothing to say).
 

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 GroupIds = Sequence[Hashable] | Tensor
+#: What :func:`fill_batch` keeps, one per trajectory: whatever its caller needs later.
+Item = TypeVar("Item")
 STD_KINDS = ("population", "sample")
 
 
@@ -121,7 +123,7 @@ def canonical_adv_norm(name: str) -> str:
 
 @register_advantage("group_std")
 def group_std_advantages(rewards: Sequence[float] | Tensor, group_ids: GroupIds, eps: float = 1e-6,
-                         std: str = "population", lengths: Any = None) -> Tensor:
+                         std: str = "population", lengths: Sequence[int] | Tensor | None = None) -> Tensor:
     """GRPO (DeepSeekMath Eq. 3) / DSPO Eq. 10: ``A_i = (r_i − mean_g) / (std_g + eps)``."""
     r = _as_rewards(rewards, len(group_ids))
     mean, sd, _ = group_stats(r, group_ids, std)
@@ -130,7 +132,7 @@ def group_std_advantages(rewards: Sequence[float] | Tensor, group_ids: GroupIds,
 
 @register_advantage("group_mean")
 def group_mean_advantages(rewards: Sequence[float] | Tensor, group_ids: GroupIds, eps: float = 0.0,
-                          std: str = "population", lengths: Any = None) -> Tensor:
+                          std: str = "population", lengths: Sequence[int] | Tensor | None = None) -> Tensor:
     """Dr. GRPO (Liu et al. 2025); Shi & Shen Eq. 4 (file 003): ``A_i = r_i − mean_g`` (no std
     division; ``eps`` and ``std`` unused). Alias: ``mean_only``."""
     r = _as_rewards(rewards, len(group_ids))
@@ -150,7 +152,7 @@ def _batch_std(r: Tensor, std: str) -> Tensor:
 
 @register_advantage("batch_std")
 def batch_std_advantages(rewards: Sequence[float] | Tensor, group_ids: GroupIds, eps: float = 1e-6,
-                         std: str = "population", lengths: Any = None) -> Tensor:
+                         std: str = "population", lengths: Sequence[int] | Tensor | None = None) -> Tensor:
     """Group mean, batch std (TRL ``scale_rewards="batch"``; Liu et al. 2025 "Lite PPO"):
     ``A_i = (r_i − mean_g) / (std(r over the whole batch) + eps)``."""
     r = _as_rewards(rewards, len(group_ids))
@@ -160,7 +162,7 @@ def batch_std_advantages(rewards: Sequence[float] | Tensor, group_ids: GroupIds,
 
 @register_advantage("rloo")
 def rloo_advantages(rewards: Sequence[float] | Tensor, group_ids: GroupIds, eps: float = 0.0,
-                    std: str = "population", lengths: Any = None) -> Tensor:
+                    std: str = "population", lengths: Sequence[int] | Tensor | None = None) -> Tensor:
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024, Eq. 4): leave-one-out baseline
     ``A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − mean_g)`` over the group's finite rewards. A group
     with one finite reward has no baseline: advantage 0 (verl keeps the raw reward)."""
@@ -304,9 +306,9 @@ class FilterStats:
                 f"{self.dropped_failed} failed, {self.surplus} surplus")
 
 
-def fill_batch(sample_round: Callable[[int], tuple[Sequence[float] | Tensor, GroupIds, Sequence[Any]]],
+def fill_batch(sample_round: Callable[[int], tuple[Sequence[float] | Tensor, GroupIds, Sequence[Item]]],
                target_groups: int, max_rounds: int = 3, criterion: str = "max_gt_min",
-               keep_singletons: bool = False) -> tuple[list[Any], FilterStats]:
+               keep_singletons: bool = False) -> tuple[list[Item], FilterStats]:
     """Generate groups until ``target_groups`` mixed groups are kept (DAPO dynamic sampling, DSPO Eq. 9).
 
     ``sample_round(needed)`` is called with the number of groups still missing and returns
@@ -325,7 +327,7 @@ def fill_batch(sample_round: Callable[[int], tuple[Sequence[float] | Tensor, Gro
     if max_rounds < 1:
         raise ValueError(f"fill_batch: max_rounds must be >= 1, got {max_rounds}")
     stats = FilterStats(target=target_groups)
-    kept: list[list[Any]] = []
+    kept: list[list[Item]] = []
     while len(kept) < target_groups and stats.rounds < max_rounds:
         rewards, group_ids, items = sample_round(target_groups - len(kept))
         items = list(items)

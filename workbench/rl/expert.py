@@ -37,7 +37,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.trajectory import Trajectory
 from workbench.core.types import Passage
@@ -45,6 +45,12 @@ from workbench.data.example import Example
 from workbench.protocols.base import ANSWER, SEARCH, Protocol
 from workbench.rewards.metrics import cover_exact_match
 from workbench.tools.base import Toolbox
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from workbench.data.world import World
+
 
 # =============================================================================== the expert's plan
 
@@ -333,7 +339,7 @@ def benchmark_hops(example: Example, passages: Sequence[Passage]) -> list[Hop]:
 
 
 def plan_expert(example: Example, protocol: Protocol, writer: ExpertWriter, toolbox: Toolbox,
-                world: Any = None, passages: Sequence[Passage] | None = None) -> ExpertPlan:
+                world: World | None = None, passages: Sequence[Passage] | None = None) -> ExpertPlan:
     """The expert's plan for ``example``: a query per hop that ``writer``'s probe finds with the real tool;
     raises :class:`Dropped` (with the reason) when a hop has none. The hops come from the world's annotations,
     or, given the question's own ``passages``, from its benchmark's (:func:`benchmark_hops`)."""
@@ -356,7 +362,7 @@ def plan_expert(example: Example, protocol: Protocol, writer: ExpertWriter, tool
     return ExpertPlan(example, hops, example.answers[0], writer)
 
 
-def run_expert(plan: ExpertPlan, protocol: Protocol, toolbox: Toolbox, tokenizer: Any,
+def run_expert(plan: ExpertPlan, protocol: Protocol, toolbox: Toolbox, tokenizer: PreTrainedTokenizerBase,
                max_new_tokens: int = 256, max_total_tokens: int = 4096,
                meta: dict[str, Any] | None = None) -> Trajectory:
     """Roll the expert's turns out through the real engine (scripted backend, real tools)."""
@@ -433,9 +439,9 @@ class ExpertResult:
 
 def expert_traces(examples: Sequence[Example], protocol: Protocol, writer: ExpertWriter,
                   toolbox: Toolbox | Callable[[Example], tuple[Toolbox, list[Passage]]],
-                  tokenizer: Any, world: Any = None, *, method: str | None = None, max_new_tokens: int = 256,
-                  max_total_tokens: int = 4096, progress: bool = False, outline: bool = False,
-                  residual: bool = False) -> ExpertResult:
+                  tokenizer: PreTrainedTokenizerBase, world: World | None = None, *, method: str | None = None,
+                  max_new_tokens: int = 256, max_total_tokens: int = 4096, progress: bool = False,
+                  outline: bool = False, residual: bool = False) -> ExpertResult:
     """Plan (with ``writer``), roll out and check the expert trace of every question; keep the valid ones
     (``outline``: the traces write the plan out first and count the steps, :attr:`ExpertPlan.outline`;
     ``residual``: they write the question left after each hop, :attr:`ExpertPlan.residual`).

@@ -25,7 +25,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.core.trajectory import Trajectory
 
 HEALTH_FILE = "health.jsonl"
 
@@ -220,7 +225,7 @@ def trajectory_signals(records: Iterable[Mapping[str, Any]]) -> dict[str, float]
     return {k: v for k, v in out.items() if v is not None}
 
 
-def records_of(trajectories: Sequence[Any], features: Any = None) -> list[dict[str, Any]]:
+def records_of(trajectories: Sequence[Trajectory], features: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     """:func:`trajectory_signals`' records of ``Trajectory`` objects (hops from the features' ``hops`` column where
     given, else the trajectory's meta)."""
     hops = None
@@ -235,8 +240,8 @@ def records_of(trajectories: Sequence[Any], features: Any = None) -> list[dict[s
     return out
 
 
-def step_signals(row: Mapping[str, Any], trajectories: Sequence[Any] | None = None,
-                 features: Any = None) -> dict[str, float]:
+def step_signals(row: Mapping[str, Any], trajectories: Sequence[Trajectory] | None = None,
+                 features: pd.DataFrame | None = None) -> dict[str, float]:
     """Every signal of one training step: its metrics row's and, given them, its trajectories'."""
     out = row_signals(row)
     if trajectories:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -51,7 +52,7 @@ def live_bytes(device: str | torch.device) -> int:
     return int(m.uordblks + m.hblkhd)
 
 
-def held_for_backward(forward: Any, device: str | torch.device) -> tuple[Any, int]:
+def held_for_backward(forward: Callable[[], torch.Tensor], device: str | torch.device) -> tuple[torch.Tensor, int]:
     """Run ``forward()`` (a function returning the loss) and return ``(loss, bytes it left allocated)``: the
     activations autograd keeps for the backward (plus the loss itself). Call ``loss.backward()`` afterwards."""
     dev = torch.device(device)

@@ -30,7 +30,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -39,6 +39,9 @@ from torch.utils.checkpoint import checkpoint
 from workbench.core.choices import AMP_MODES
 from workbench.core.models import DEFAULT_MODEL, load_policy, portable_model_name
 from workbench.rollout.lora_serving import check_adapter_files, check_adapter_fits
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -287,9 +290,9 @@ class LoRAPolicy:
 
     def __init__(self, model_name_or_path: str | os.PathLike | None = DEFAULT_MODEL, r: int = 16, alpha: int = 32,
                  dropout: float = 0.0, target_modules: Sequence[str] | None = None, device: str | None = "auto",
-                 dtype: Any = None, *, include_mlp: bool = False, model: nn.Module | None = None,
-                 tokenizer: Any = None, init_adapter: str | os.PathLike | None = None, merge_init: bool = False,
-                 amp: str = "auto", gradient_checkpointing: bool = False):
+                 dtype: torch.dtype | str | None = None, *, include_mlp: bool = False, model: nn.Module | None = None,
+                 tokenizer: PreTrainedTokenizerBase | None = None, init_adapter: str | os.PathLike | None = None,
+                 merge_init: bool = False, amp: str = "auto", gradient_checkpointing: bool = False):
         from peft import LoraConfig, get_peft_model
 
         if model is None:

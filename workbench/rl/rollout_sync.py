@@ -24,16 +24,17 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workbench.core.choices import ROLLOUT_BACKENDS
 
 if TYPE_CHECKING:
     from workbench.rl.policy import LoRAPolicy
+    from workbench.rl.train_config import TrainConfig
     from workbench.rollout.backends.base import Backend
 
 
-def make_rollout_backend(config: Any, policy: LoRAPolicy) -> Backend:
+def make_rollout_backend(config: TrainConfig, policy: LoRAPolicy) -> Backend:
     """The rollout backend ``config.rollout_backend`` names, for ``policy`` (a LoRAPolicy): ``TrainConfig``'s fields
     handed to :func:`workbench.rollout.backends.make_backend`, and a served one checked for being reachable."""
     from workbench.rollout.backends import make_backend

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,7 +305,7 @@ class SFTTrainer(Trainer):
         self.trackers.log_row(row)
         return row
 
-    def train(self, steps: int | None = None, on_step: Any = None) -> Run:
+    def train(self, steps: int | None = None, on_step: Callable[[dict[str, Any]], None] | None = None) -> Run:
         """Evaluate (step 0), run SFT steps until ``steps`` (default ``config.steps``), evaluate, checkpoint:
         the RL trainer's loop over this class's ``train_step`` (``on_step`` as there). A run whose pool cannot be made
         leaves no folder behind, as a training run whose inputs fail leaves none."""

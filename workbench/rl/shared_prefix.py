@@ -20,10 +20,8 @@ Rows must be right-padded and agree on their first ``prefix_len`` tokens (:func:
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from workbench.rollout.backends.hf import CACHE_ARG, output_cache
 
@@ -44,7 +42,7 @@ def common_prefix_len(input_ids: Tensor, attention_mask: Tensor) -> int:
     return max(0, min(n, int(lengths.min()) - 1))
 
 
-def shared_prefix_hidden(body: Any, input_ids: Tensor, attention_mask: Tensor, prefix_len: int) -> Tensor:
+def shared_prefix_hidden(body: nn.Module, input_ids: Tensor, attention_mask: Tensor, prefix_len: int) -> Tensor:
     """Final hidden states ``(B, T, H)`` of right-padded ``input_ids`` whose rows share their first
     ``prefix_len`` tokens, with the prefix computed once (see the module docstring).
 

@@ -40,7 +40,14 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # the command line reads tracker_names from here: no pandas when imported
+    import pandas as pd
+
+    from workbench.core.trajectory import Trajectory
+    from workbench.data.example import Example
+    from workbench.storage.runs import Run
 
 PROJECT = "workbench"
 """The project / experiment name runs are logged under in every tracker (the run's id is the run name)."""
@@ -75,7 +82,7 @@ class Tracker:
     def log_scalars(self, values: Mapping[str, float], step: int) -> None:
         raise NotImplementedError
 
-    def log_table(self, key: str, table: Any, step: int) -> None:
+    def log_table(self, key: str, table: pd.DataFrame, step: int) -> None:
         """``table``: a pandas DataFrame (text and numbers)."""
         raise NotImplementedError
 
@@ -121,7 +128,7 @@ class TensorBoardTracker(Tracker):
             self.writer.add_scalar(k, v, step)
         self.writer.flush()
 
-    def log_table(self, key: str, table: Any, step: int) -> None:
+    def log_table(self, key: str, table: pd.DataFrame, step: int) -> None:
         import numpy as np
 
         rows = [[str(c) for c in table.columns]] + [[_cell(v) for v in r] for r in table.itertuples(index=False)]
@@ -155,7 +162,7 @@ class WandbTracker(Tracker):
     def log_scalars(self, values: Mapping[str, float], step: int) -> None:
         self.run.log(dict(values), step=step)
 
-    def log_table(self, key: str, table: Any, step: int) -> None:
+    def log_table(self, key: str, table: pd.DataFrame, step: int) -> None:
         self.run.log({key: self.wandb.Table(dataframe=table)}, step=step)
 
     def close(self) -> None:
@@ -200,7 +207,7 @@ class MLflowTracker(Tracker):
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in values.items()])
 
-    def log_table(self, key: str, table: Any, step: int) -> None:
+    def log_table(self, key: str, table: pd.DataFrame, step: int) -> None:
         self.client.log_table(self.run_id, data=table, artifact_file=f"{key}/step_{step:06d}.json")
 
     def close(self) -> None:
@@ -255,7 +262,7 @@ class TrackioTracker(Tracker):
     def log_scalars(self, values: Mapping[str, float], step: int) -> None:
         self.run.log(dict(values), step=step)
 
-    def log_table(self, key: str, table: Any, step: int) -> None:
+    def log_table(self, key: str, table: pd.DataFrame, step: int) -> None:
         self.run.log({key: self.trackio.Table(dataframe=table)}, step=step)
 
     def close(self) -> None:
@@ -310,7 +317,8 @@ class Trackers:
         say: where the line saying where each tracker writes goes (None: nowhere).
     """
 
-    def __init__(self, names: str | Sequence[str] | None, run: Any = None, say: Callable[[str], None] | None = print):
+    def __init__(self, names: str | Sequence[str] | None, run: Run | None = None,
+                 say: Callable[[str], None] | None = print):
         self.names = tracker_names(names)
         self.run, self.say = run, say
         self.trackers: list[Tracker] | None = None
@@ -339,14 +347,14 @@ class Trackers:
             for t in self._open():
                 t.log_scalars(values, step)
 
-    def log_table(self, key: str, table: Any, step: int) -> None:
+    def log_table(self, key: str, table: pd.DataFrame | None, step: int) -> None:
         if not self.names or table is None or not len(table):
             return
         for t in self._open():
             t.log_table(key, table, step)
 
-    def log_step(self, row: Mapping[str, Any], trajectories: Sequence[Any], features: Any = None,
-                 examples: Iterable[Any] = ()) -> None:
+    def log_step(self, row: Mapping[str, Any], trajectories: Sequence[Trajectory], features: pd.DataFrame | None = None,
+                 examples: Iterable[Example] = ()) -> None:
         """A training step: its metrics row and its completions table (``completions``)."""
         if not self.names:
             return
@@ -361,7 +369,7 @@ class Trackers:
             t.close()
 
 
-def report_run(run: Any, names: str | Sequence[str] | None, say: Callable[[str], None] | None = print,
+def report_run(run: Run, names: str | Sequence[str] | None, say: Callable[[str], None] | None = print,
                step: int = 0) -> None:
     """Send a finished run's files to the trackers ``names``: its config, every number of ``metrics.json`` (nested
     keys joined with ``/``) at ``step``, and one completions table per method of ``trajectories.parquet`` (beside
@@ -419,8 +427,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = "/") -> dict[str,
     return out
 
 
-def completions_table(trajectories: Sequence[Any], features: Any = None, examples: Iterable[Any] = (),
-                      max_rows: int | None = None) -> Any:
+def completions_table(trajectories: Sequence[Trajectory], features: pd.DataFrame | None = None,
+                      examples: Iterable[Example] = (), max_rows: int | None = None) -> pd.DataFrame:
     """One row per trajectory (the first ``max_rows``): ``step``, ``question``, ``gold`` (the example's answers,
     `` | ``-joined), ``turns`` (every turn's text, policy and observations, cut at :data:`TEXT_CHARS`), ``answer``,
     ``searches``, and from ``features`` (rows aligned with ``trajectories``) ``cem``, ``reward``, each

@@ -88,6 +88,10 @@ from workbench.rollout.engine import rollout
 from workbench.storage.runs import Run, open_run
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.rewards.preset import FeatureNeeds
+    from workbench.rewards.rubric import RewardTable, Rubric
     from workbench.rl.policy import LoRAPolicy
     from workbench.tools.base import Toolbox
 
@@ -275,7 +279,7 @@ class Trainer:
         return (self.config.seed * 1_000_003 + step * 1009 + round_ * 7919 + self.rank * 104_729) % (2**31 - 1)
 
     @property
-    def feature_needs(self) -> Any:
+    def feature_needs(self) -> FeatureNeeds:
         """What the feature step computes (:class:`~workbench.rewards.preset.FeatureNeeds`): the method's
         declaration if ``config.method`` is set, else the reward preset's (``parts.needs``)."""
         return self.parts.needs
@@ -327,7 +331,7 @@ class Trainer:
         return self._judges
 
     @property
-    def current_rubric(self) -> Any:
+    def current_rubric(self) -> Rubric:
         """The reward rubric with the config's parameters and weights, at the current stage (a staged reward)."""
         return self.parts.rubric(self.config, self.stage if self.staged else None)
 
@@ -353,7 +357,7 @@ class Trainer:
         self.backend.clear_cache()
         return trajs
 
-    def featurize(self, trajs: Sequence[Trajectory], examples: Sequence[Example]) -> Any:
+    def featurize(self, trajs: Sequence[Trajectory], examples: Sequence[Example]) -> pd.DataFrame:
         """The features table (``workbench.rewards.features``) of ``trajs``."""
         from workbench.rewards.features import compute_features
 
@@ -363,7 +367,7 @@ class Trainer:
             self.backend.clear_cache()  # judge prompts ran through the policy's backend
         return feats
 
-    def score(self, features: Any) -> Any:
+    def score(self, features: pd.DataFrame) -> RewardTable:
         """The current rubric (with the current reward stage) on a features table."""
         return self.current_rubric(features)
 
