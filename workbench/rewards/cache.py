@@ -10,7 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 
 def cache_key(*parts: Any) -> str:
@@ -79,10 +79,14 @@ class FeatureCache:
             return int(self._conn.execute("SELECT COUNT(*) FROM kv").fetchone()[0])
 
 
+CacheLike: TypeAlias = bool | str | os.PathLike | FeatureCache | None
+"""What :func:`as_cache` makes a cache of: ``True`` (the shared on-disk one), ``False`` / ``None`` (a fresh in-memory
+one), a path, or a :class:`FeatureCache`."""
+
 _DEFAULT_CACHES: dict[tuple[str, int], FeatureCache] = {}
 
 
-def as_cache(cache: bool | str | os.PathLike | FeatureCache | None) -> FeatureCache:
+def as_cache(cache: CacheLike) -> FeatureCache:
     """``True``: the shared on-disk cache; ``False``/``None``: a fresh in-memory one; a path; or a FeatureCache."""
     if isinstance(cache, FeatureCache):
         return cache

@@ -6,11 +6,31 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import numpy as np
 
 from workbench.rewards.cache import FeatureCache, cache_key
+
+if TYPE_CHECKING:
+    from workbench.tools.dense import Kind
+
+
+class SentenceModel(Protocol):
+    """Anything with ``encode(texts)`` giving embeddings: a ``SentenceTransformer``, a
+    :class:`~workbench.tools.dense.Encoder`."""
+
+    def encode(self, texts: list[str], /) -> object: ...
+
+
+class TextEncoder(Protocol):
+    """What the embedding features call (:func:`resolve_encoder` gives one): unit-length rows for ``texts``."""
+
+    def encode(self, texts: Sequence[str], kind: Kind = "query") -> np.ndarray: ...
+
+
+EncoderLike: TypeAlias = SentenceModel | str | os.PathLike | Literal[False] | None
+"""What :func:`resolve_encoder` takes: a model object, a name or path, None (the default model) or False (none)."""
 
 
 def pairwise_similarity(emb: np.ndarray) -> tuple[float, float]:
@@ -30,7 +50,7 @@ def pairwise_similarity(emb: np.ndarray) -> tuple[float, float]:
     return pair_sum / (n * (n - 1) / 2.0), pair_sum / (n * (n - 1))
 
 
-def resolve_encoder(encoder: Any = None) -> Any:
+def resolve_encoder(encoder: EncoderLike = None) -> TextEncoder | None:
     """The sentence encoder for embedding features, or None when ``encoder is False``.
 
     ``None``: the default all-MiniLM-L6-v2 (``workbench.tools.dense.load_encoder``, offline);
@@ -72,7 +92,7 @@ class _FallbackEncoder:  # pragma: no cover - used only while workbench.tools.de
         return emb / np.where(norms > 0, norms, 1.0)
 
 
-def encoder_id(encoder: Any) -> str:
+def encoder_id(encoder: TextEncoder) -> str:
     """What embeddings depend on (model by content where known, prefixes): part of every cache key."""
     ident = getattr(encoder, "identity", None)
     if isinstance(ident, dict):
@@ -80,7 +100,8 @@ def encoder_id(encoder: Any) -> str:
     return str(getattr(encoder, "name", type(encoder).__qualname__))
 
 
-def embed(texts: Sequence[str], encoder: Any, cache: FeatureCache, kind: str = "query") -> dict[str, np.ndarray]:
+def embed(texts: Sequence[str], encoder: TextEncoder, cache: FeatureCache,
+          kind: Kind = "query") -> dict[str, np.ndarray]:
     """Unit-length embeddings of unique ``texts`` (cached per encoder + kind + text)."""
     uniq = list(dict.fromkeys(texts))
     if not uniq:

@@ -26,10 +26,10 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
-from workbench.rewards.cache import as_cache
-from workbench.rewards.llm import batch_caller, cached_calls, guess_model_id
+from workbench.rewards.cache import CacheLike, as_cache
+from workbench.rewards.llm import LLM, batch_caller, cached_calls, guess_model_id
 from workbench.rewards.metrics import f1_score
 
 #: R-Search Table 5 (Zhao et al., 2025): the evidence template for the cross-family model, verbatim.
@@ -76,7 +76,7 @@ class EvidenceAnswer:
         return self.answer is not None
 
 
-def base_model_llm(base_backend: Any) -> Callable[[list[str]], list[str]]:
+def base_model_llm(base_backend: LLM) -> Callable[[list[str]], list[str]]:
     """``prompts -> replies`` with the policy's base model: a Backend whose model is a peft model
     runs with the adapter disabled (and its KV prefix cache cleared around the call); a plain
     Backend or a callable is used as is."""
@@ -111,8 +111,9 @@ class EvidenceScorer:
         max_evidence_chars: evidence is cut to this length in the prompt (marked).
     """
 
-    def __init__(self, model: Any = None, *, base_backend: Any = None, model_id: str | None = None, cache: Any = None,
-                 max_evidence_chars: int = 8000, template: str = EVIDENCE_TEMPLATE):
+    def __init__(self, model: str | os.PathLike | LLM | None = None, *, base_backend: LLM | None = None,
+                 model_id: str | None = None, cache: CacheLike = None, max_evidence_chars: int = 8000,
+                 template: str = EVIDENCE_TEMPLATE):
         if model is None and base_backend is None:
             raise ValueError(
                 "EvidenceScorer needs a cross-family model (a path, a Backend or a str -> str callable) "
@@ -154,7 +155,7 @@ class EvidenceScorer:
         ev = evidence if len(evidence) <= self.max_evidence_chars else evidence[: self.max_evidence_chars] + " …[truncated]"
         return self.template.format(evidence=ev, query=question)
 
-    def answer_many(self, items: Sequence[tuple[str, str]], cache: Any = None) -> list[EvidenceAnswer]:
+    def answer_many(self, items: Sequence[tuple[str, str]], cache: CacheLike = None) -> list[EvidenceAnswer]:
         """Answer ``(question, evidence)`` pairs; one batched call for the uncached prompts."""
         store = as_cache(self.cache if self.cache is not None else True if cache is None else cache)
         prompts = [self.prompt(q or "", e or "") for q, e in items]
@@ -171,13 +172,18 @@ class EvidenceScorer:
                 out.append(EvidenceAnswer(extract_short_answer(raw or ""), raw or "", None, hit))
         return out
 
-    def score(self, question: str, evidence: str, golds: Sequence[str] | str, cache: Any = None) -> float:
+    def score(self, question: str, evidence: str, golds: Sequence[str] | str, cache: CacheLike = None) -> float:
         """``F1(α_cf, gold)`` for one trajectory (NaN if the model call failed)."""
         a = self.answer_many([(question, evidence)], cache=cache)[0]
         return f1_score(a.answer, golds) if a.ok else float("nan")
 
 
-def as_evidence_scorer(model: Any, base_backend: Any = None) -> EvidenceScorer:
+EvidenceModel: TypeAlias = EvidenceScorer | str | os.PathLike | LLM | None
+"""R-Search's evidence model as features take it: a scorer, a model path / HF id, a ``Backend`` or a ``str -> str``
+callable (None: the policy's base model, given as ``base_backend``)."""
+
+
+def as_evidence_scorer(model: EvidenceModel, base_backend: LLM | None = None) -> EvidenceScorer:
     """An :class:`EvidenceScorer` from a scorer, a model path, a Backend or a callable."""
     if isinstance(model, EvidenceScorer):
         return model

@@ -34,7 +34,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -54,6 +54,13 @@ from workbench.rewards.metrics import (
     matching_gold,
     word_count,
 )
+
+if TYPE_CHECKING:
+    from workbench.core.types import Passage, ToolCall
+    from workbench.rewards.embeddings import EncoderLike
+    from workbench.rewards.evidence import EvidenceModel
+    from workbench.rewards.judges import Judge
+    from workbench.storage.runs import Run
 
 __all__ = [
     "CONCISE_RULES",
@@ -267,7 +274,7 @@ def _make_row(traj: Trajectory, ex: Example, passages: Mapping[str, Any] | None)
 # ============================================================================= failures
 
 
-def failed_tool_calls(traj: Trajectory) -> list[Any]:
+def failed_tool_calls(traj: Trajectory) -> list[ToolCall]:
     """The tool calls of ``traj`` that raised or timed out (a DAG node skipped as invalid is not one).
 
     An observation rebuilt from text (``workbench.rewards.from_text``: a call with
@@ -482,12 +489,12 @@ def _evidence_features(rows: list[_Row], evidence_model: Any, cache: FeatureCach
 def compute_features(
     trajs: Sequence[Trajectory],
     examples: Sequence[Example] | Mapping[str, Example],
-    evidence_model: Any = None,
-    judges: Sequence[Any] = (),
-    encoder: Any = None,
+    evidence_model: EvidenceModel = None,
+    judges: Sequence[Judge] = (),
+    encoder: EncoderLike = None,
     cache: bool | str | os.PathLike | FeatureCache = True,
     *,
-    passages: Mapping[str, Any] | None = None,
+    passages: Mapping[str, Passage | Mapping[str, Any] | str] | None = None,
     recall_threshold: float = 0.8,
 ) -> pd.DataFrame:
     """The features table of ``trajs`` (one row each, in order; columns: ``columns.describe_columns()``).
@@ -560,7 +567,7 @@ def _frame(records: list[dict[str, Any]], extra: Sequence[str] = ()) -> pd.DataF
     return pd.DataFrame(data)
 
 
-def featurize_run(run: Any, **kwargs: Any) -> pd.DataFrame:
+def featurize_run(run: Run | str | os.PathLike, **kwargs: Any) -> pd.DataFrame:
     """Compute the features of a run's trajectories against its examples and save them; returns the table."""
     from workbench.storage.runs import open_run
 

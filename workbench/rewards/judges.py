@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.rewards.cache import as_cache
-from workbench.rewards.llm import batch_caller, cached_calls, guess_model_id
+from workbench.rewards.cache import CacheLike, as_cache
+from workbench.rewards.llm import LLM, batch_caller, cached_calls, guess_model_id
 from workbench.rewards.metrics import normalize_answer
 
 # ----------------------------------------------------------------------------- prompts
@@ -187,7 +187,7 @@ class Judge:
     scale: float = 1.0
     template: str = ""
 
-    def __init__(self, llm: Any, model_id: str | None = None, cache: Any = None, max_chars: int = 4000):
+    def __init__(self, llm: LLM, model_id: str | None = None, cache: CacheLike = None, max_chars: int = 4000):
         self.llm = llm
         self.model_id = model_id or guess_model_id(llm)
         self._call = batch_caller(llm)
@@ -209,10 +209,12 @@ class Judge:
         """The score on the judge's scale, or None."""
         raise NotImplementedError
 
-    def score(self, question: str, golds: Sequence[str] | str, response: str | None, cache: Any = None) -> Judgment:
+    def score(self, question: str, golds: Sequence[str] | str, response: str | None,
+              cache: CacheLike = None) -> Judgment:
         return self.score_many([(question, golds, response)], cache=cache)[0]
 
-    def score_many(self, items: Sequence[tuple[str, Sequence[str] | str, str | None]], cache: Any = None) -> list[Judgment]:
+    def score_many(self, items: Sequence[tuple[str, Sequence[str] | str, str | None]],
+                   cache: CacheLike = None) -> list[Judgment]:
         """Judge ``(question, gold answers, response)`` triples; one batched model call for the uncached ones.
 
         No gold answers → missing (nothing to judge against). No response (the agent never
@@ -296,7 +298,7 @@ class SimilarityJudge(Judge):
 JUDGES: dict[str, type[Judge]] = {"lasj": AccuracyJudge, "yesno": YesNoJudge, "similarity": SimilarityJudge}
 
 
-def get_judge(name: str, llm: Any, **kwargs: Any) -> Judge:
+def get_judge(name: str, llm: LLM, **kwargs: Any) -> Judge:
     """A judge by name (``lasj``, ``yesno``, ``similarity``) over a Backend or ``str -> str`` callable."""
     if name not in JUDGES:
         raise ValueError(f"unknown judge {name!r}; valid names: {', '.join(sorted(JUDGES))}")

@@ -5,13 +5,17 @@ failed call is recorded (and retried next time), never scored."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeAlias
 
 from workbench.rewards.cache import FeatureCache, cache_key
-from workbench.rollout.backends.base import ChatError
+from workbench.rollout.backends.base import Backend, ChatError
+
+LLM: TypeAlias = Backend | Callable[[str], str]
+"""A model a feature asks: a :class:`~workbench.rollout.backends.base.Backend` (its ``chat_batch``) or a
+``str -> str`` callable."""
 
 
-def guess_model_id(llm: Any) -> str:
+def guess_model_id(llm: LLM) -> str:
     """A stable name for a model, used in cache keys (set ``model_id=`` explicitly where this guesses poorly)."""
     for obj in (llm, getattr(llm, "model", None)):
         if obj is None:
@@ -27,7 +31,7 @@ def guess_model_id(llm: Any) -> str:
     return getattr(llm, "__qualname__", None) or type(llm).__qualname__
 
 
-def batch_caller(llm: Any) -> Callable[[list[str]], list[str]]:
+def batch_caller(llm: LLM) -> Callable[[list[str]], list[str]]:
     """``prompts -> replies`` for a Backend (one ``chat_batch``; or ``chat`` per prompt), or a
     ``str -> str`` callable (one call each). Prompts that fail raise :class:`ChatError` with the
     replies of the others and each failure's message."""
@@ -58,7 +62,7 @@ def _one_by_one(call: Callable[[str], str], prompts: Sequence[str]) -> list[str]
 def cached_calls(
     llm_batch: Callable[[list[str]], list[str]],
     prompts: Sequence[str | None],
-    namespace: Sequence[Any],
+    namespace: Sequence[str],
     cache: FeatureCache,
 ) -> list[tuple[str | None, str | None, bool]]:
     """Reply per prompt as ``(raw, error, cached)``; None prompts are skipped. Each distinct prompt is sent once.
