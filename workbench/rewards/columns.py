@@ -29,10 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DTYPES = ("int", "count", "bool", "float", "str")
 #: The Parquet (Arrow) type of each dtype in ``features.parquet``.
@@ -218,7 +221,7 @@ def _typed_array(name: str, values: pd.Series, dtype: str) -> Any:
     return pa.array(np.where(missing, 0, x).astype(np.int64), type=pa.int64(), mask=missing)
 
 
-def arrow_table(df: pd.DataFrame) -> Any:
+def arrow_table(df: pd.DataFrame) -> pa.Table:
     """The features table as Arrow with every declared column in its ``ARROW_TYPES`` type (missing = NULL).
 
     A value that does not fit its declared type (0.5 in a ``bool`` column) is an error naming the column; an
@@ -237,7 +240,7 @@ def arrow_table(df: pd.DataFrame) -> Any:
     return pa.Table.from_arrays(arrays, names=[str(c) for c in df.columns])
 
 
-def frame_from_arrow(table: Any) -> pd.DataFrame:
+def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
     """The in-memory features table from its Arrow form: ``count``, ``bool`` and ``float`` columns as float64
     (NULL → NaN), declared text as object (NULL → None), as ``compute_features`` returns them; the inverse of
     :func:`arrow_table`."""

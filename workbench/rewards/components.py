@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -32,7 +31,7 @@ METRIC_COLUMNS = {
 _CORRECT_RE = re.compile(r"^\s*([a-z_0-9]+)\s*(?:>=\s*([0-9]*\.?[0-9]+))?\s*$")
 
 
-def check_correct_metric(value: Any) -> str | None:
+def check_correct_metric(value: object) -> str | None:
     """None if ``value`` names a way to decide correctness (``correct_metric``), else what is allowed."""
     allowed = "'auto', 'judge', 'em', 'cem', 'sub_em', or '<metric>>=<threshold>' e.g. 'f1>=0.5', 'judge_lasj>=0.8'"
     if not isinstance(value, str):

@@ -18,13 +18,18 @@ reward is never averaged away.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from workbench.rewards.rubric import RewardTable, Rubric
+
+if TYPE_CHECKING:
+    from workbench.storage.runs import Run
 
 
 @dataclass
@@ -102,7 +107,8 @@ def _group_stats(r: np.ndarray, codes: np.ndarray, G: int, eps: float, ddof: int
     return GroupStats(mean[codes], row_std, adv_std, adv_mean, keep[codes], rank, mean, std, keep)
 
 
-def group_stats(rewards: np.ndarray, groups: Any, eps: float = 1e-6, ddof: int = 0) -> GroupStats:
+def group_stats(rewards: np.ndarray, groups: Sequence[Hashable] | np.ndarray | pd.Series, eps: float = 1e-6,
+                ddof: int = 0) -> GroupStats:
     """Group means, stds, advantages, filter and ranks, vectorized (numpy), NaN-aware.
 
     ``ddof=0``: population std, as the workbench trainer (``workbench.rl.advantages``);
@@ -135,7 +141,7 @@ class Counterfactual:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def _features(features: Any) -> pd.DataFrame:
+def _features(features: pd.DataFrame | Run | str | os.PathLike) -> pd.DataFrame:
     if isinstance(features, pd.DataFrame):
         return features
     from workbench.rewards.features import load_features
@@ -143,7 +149,7 @@ def _features(features: Any) -> pd.DataFrame:
     return load_features(features)
 
 
-def rescore(features: Any, rubric: Rubric, **params: Any) -> RewardTable:
+def rescore(features: pd.DataFrame | Run | str | os.PathLike, rubric: Rubric, **params: Any) -> RewardTable:
     """Rewards of a features table (or a run's stored table) under a rubric with new parameters."""
     return _rubric(rubric, params)(_features(features))
 
@@ -156,8 +162,8 @@ def _rubric(rubric: Rubric, params: dict[str, Any] | None = None) -> Rubric:
 
 
 def counterfactual(
-    features: Any, rubric: Rubric, params: dict[str, Any] | None = None, *, base: Rubric | None = None,
-    eps: float = 1e-6, ddof: int = 0,
+    features: pd.DataFrame | Run | str | os.PathLike, rubric: Rubric, params: dict[str, Any] | None = None, *,
+    base: Rubric | None = None, eps: float = 1e-6, ddof: int = 0,
 ) -> Counterfactual:
     """Compare rewards under ``base`` (default: ``rubric`` as given) and ``rubric.with_params(**params)``.
 

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from workbench.storage.runs import run_status
+from workbench.storage.runs import Run, run_status
 
 FEATURES_FILE = "features.parquet"
 
 
-def save_features(run: Any, df: pd.DataFrame, name: str = FEATURES_FILE) -> Path:
+def save_features(run: Run | str | os.PathLike, df: pd.DataFrame, name: str = FEATURES_FILE) -> Path:
     """Write the features table to ``run.path / "features.parquet"`` (atomically). ``run``: a Run or a directory."""
     import pyarrow.parquet as pq
 
@@ -27,7 +27,7 @@ def save_features(run: Any, df: pd.DataFrame, name: str = FEATURES_FILE) -> Path
     return path
 
 
-def load_features(run: Any, name: str = FEATURES_FILE) -> pd.DataFrame:
+def load_features(run: Run | str | os.PathLike, name: str = FEATURES_FILE) -> pd.DataFrame:
     """Read a features table written by :func:`save_features`: numeric columns float64 (NaN = missing) as
     ``compute_features`` returns them (files from before the typed columns read the same)."""
     import pyarrow.parquet as pq

@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 OBSERVATION_TAGS = ("information", "result", "observation", "tool_response", "documents")
 
 Completion = str | Sequence[Mapping[str, Any]]
+#: What :func:`~workbench.data.example.as_example` reads a question's gold from: an ``Example``, a dataset row, or the
+#: gold answers themselves.
+ExampleLike = Example | Mapping[str, Any] | str | Sequence[str]
 
 
 # ============================================================================= text → trajectory
@@ -229,7 +232,7 @@ class PassageIndex(Mapping[str, Passage]):
     def __getitem__(self, pid: str) -> Passage:
         return self._by_id[pid]
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[str]:
         return iter(self._by_id)
 
     def __len__(self) -> int:
@@ -256,7 +259,7 @@ class PassageIndex(Mapping[str, Passage]):
                 "source": p.source}
 
 
-def as_passage_index(passages: Any) -> PassageIndex | None:
+def as_passage_index(passages: Sequence[Passage] | Mapping[str, Passage] | None) -> PassageIndex | None:
     """None, a PassageIndex, an ``id → Passage`` mapping or a sequence of passages → a PassageIndex (or None)."""
     if passages is None or isinstance(passages, PassageIndex):
         return passages
@@ -285,7 +288,7 @@ def _message_parts(messages: Sequence[Mapping[str, Any]], proto: Protocol) -> li
 
 def trajectory_from_text(
     completion: Completion, protocol: Protocol, example: Example | None = None, id: str = "text-0",
-    question: str = "", passages: Any = None,
+    question: str = "", passages: Sequence[Passage] | Mapping[str, Passage] | None = None,
 ) -> Trajectory:
     """Rebuild a :class:`Trajectory` (turns, actions, search results, answer, flags) from a completion.
 
@@ -351,8 +354,9 @@ def _replay(proto: Protocol, action: Action, toolbox: Toolbox, example: Example)
 
 
 def features_from_texts(
-    completions: Sequence[Completion], examples: Sequence[Any], protocol: Protocol, *,
-    questions: Sequence[str] | None = None, ids: Sequence[str] | None = None, passages: Any = None,
+    completions: Sequence[Completion], examples: Sequence[ExampleLike], protocol: Protocol, *,
+    questions: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+    passages: Sequence[Passage] | Mapping[str, Passage] | None = None,
     **feature_kwargs: Any,
 ) -> pd.DataFrame:
     """The features table of completions (one row each), via :func:`trajectory_from_text` and ``compute_features``.
@@ -379,7 +383,8 @@ def features_from_texts(
     return compute_features(trajs, exs, **feature_kwargs)
 
 
-def features_from_text(completion: Completion, example_like: Any, protocol: Protocol, **kw: Any) -> pd.DataFrame:
+def features_from_text(completion: Completion, example_like: ExampleLike, protocol: Protocol,
+                       **kw: Any) -> pd.DataFrame:
     """One completion's features (a one-row table); see :func:`features_from_texts`."""
     return features_from_texts([completion], [example_like], protocol, **kw)
 
@@ -397,7 +402,8 @@ class TextScorer:
         self.feature_kwargs = dict(feature_kwargs)
         self._last: tuple[str, RewardTable] | None = None
 
-    def score(self, completions: Sequence[Completion], examples: Sequence[Any], questions: Sequence[str]) -> RewardTable:
+    def score(self, completions: Sequence[Completion], examples: Sequence[ExampleLike],
+              questions: Sequence[str]) -> RewardTable:
         key = json.dumps([list(completions), [_jsonable(e) for e in examples], list(questions)], default=str,
                          ensure_ascii=False)
         if self._last is not None and self._last[0] == key:
@@ -407,7 +413,7 @@ class TextScorer:
         self._last = (key, table)
         return table
 
-    def score_trajectories(self, trajs: Sequence[Mapping[str, Any]], examples: Sequence[Any]) -> RewardTable:
+    def score_trajectories(self, trajs: Sequence[Mapping[str, Any]], examples: Sequence[ExampleLike]) -> RewardTable:
         """Trajectories as dicts (``Trajectory.to_dict()``, e.g. from TRL's rollout function in
         ``workbench.integrations.trl``) → RewardTable: their own turns, passage ids and flags, nothing rebuilt
         from text, so the features are those of the Rubric on stored trajectories."""

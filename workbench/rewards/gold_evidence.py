@@ -27,10 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.trajectory import Trajectory
 from workbench.rewards.metrics import normalize_answer
+
+if TYPE_CHECKING:
+    from workbench.data.example import Example
 
 __all__ = ["EVIDENCE_KINDS", "GoldRetrieval", "evidence_kind", "gold_retrievals", "is_passage", "matches_by_id"]
 
@@ -68,18 +71,18 @@ class GoldRetrieval:
         return self.found[0][2] if self.found else None
 
 
-def is_passage(result: Any) -> bool:
+def is_passage(result: object) -> bool:
     """A tool result that is a passage (a dict with a title or a text), not a KG triple or a tool's own record."""
     return isinstance(result, dict) and ("title" in result or "text" in result)
 
 
-def matches_by_id(gold_ids: Sequence[Any], hits: Iterable[Mapping[str, Any]]) -> bool:
+def matches_by_id(gold_ids: Sequence[str], hits: Iterable[Mapping[str, Any]]) -> bool:
     """Gold passages are matched by id: the question has gold ids and every retrieved passage carries one (no
     passages: nothing to match, by id)."""
     return bool(gold_ids) and all(h.get("id") for h in hits)
 
 
-def gold_retrievals(traj: Trajectory, example: Any, by: str | None = None) -> list[GoldRetrieval]:
+def gold_retrievals(traj: Trajectory, example: Example, by: str | None = None) -> list[GoldRetrieval]:
     """Each of ``example``'s gold passages, in order, with every ``(turn, call, rank)`` at which ``traj``'s tool
     calls returned it ([] when the question names no gold passage).
 

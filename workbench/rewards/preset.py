@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from workbench.rewards.rubric import Rubric
 
 
@@ -47,7 +49,7 @@ class FeatureNeeds:
             f"judge {j} (optional)" for j in self.judges]
         return ", ".join(parts) or "nothing beyond the cheap features"
 
-    def uncomputed(self, features: Any) -> list[tuple[str, tuple[str, ...], str]]:
+    def uncomputed(self, features: pd.DataFrame) -> list[tuple[str, tuple[str, ...], str]]:
         """What this reward needs that the features table lacks: ``(need, its columns, how to compute it)`` for each
         declared need whose columns are absent or all NaN (an eval run's features have no embeddings, judges or
         evidence model). Optional judges are listed only when the table has no column of any judge.

@@ -30,10 +30,13 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 #: Columns copied from the features table into a RewardTable (when present), to key rows.
 KEY_COLUMNS = ("id", "group_id", "sample_idx")
@@ -66,7 +69,7 @@ class Spec:
         hi = "inf" if self.high is None else f"{self.high:g}"
         return f"{'(' if self.low_open or self.low is None else '['}{lo}, {hi}{')' if self.high_open or self.high is None else ']'}"
 
-    def check(self, value: Any) -> str | None:
+    def check(self, value: object) -> str | None:
         if self.validator is not None:
             return self.validator(value)
         if self.choices is not None:
@@ -140,10 +143,10 @@ class Columns:
     ``c.raw(name)`` gives the column as stored (e.g. strings).
     """
 
-    def __init__(self, data: pd.DataFrame | Mapping[str, Any]):
+    def __init__(self, data: pd.DataFrame | Mapping[str, npt.ArrayLike]):
         if isinstance(data, pd.DataFrame):
             self._df: pd.DataFrame | None = data
-            self._map: Mapping[str, Any] = {}
+            self._map: Mapping[str, npt.ArrayLike] = {}
             self.n = len(data)
         else:
             self._df = None
@@ -163,7 +166,7 @@ class Columns:
     def has(self, name: str) -> bool:
         return name in self._df.columns if self._df is not None else name in self._map
 
-    def raw(self, name: str) -> Any:
+    def raw(self, name: str) -> pd.Series | npt.ArrayLike:
         return self._df[name] if self._df is not None else self._map[name]
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -182,7 +185,7 @@ class Columns:
         return arr
 
 
-def to_float(values: Any) -> np.ndarray:
+def to_float(values: pd.Series | npt.ArrayLike) -> np.ndarray:
     """A float64 array from a column: bools → 0/1, None/NA → NaN."""
     if isinstance(values, pd.Series):
         if values.dtype == np.float64:
@@ -363,7 +366,9 @@ class Rubric:
         return f"Rubric({self.name!r}, components={self.names}, params={{{ps}}})"
 
     # ------------------------------------------------------------------ scoring
-    def component_values(self, features: pd.DataFrame | Mapping[str, Any] | Columns) -> tuple[dict[str, np.ndarray], Columns]:
+    def component_values(
+        self, features: pd.DataFrame | Mapping[str, npt.ArrayLike] | Columns,
+    ) -> tuple[dict[str, np.ndarray], Columns]:
         """Each component's values (float64 arrays), without building a table."""
         c = features if isinstance(features, Columns) else Columns(features)
         out: dict[str, np.ndarray] = {}
@@ -384,7 +389,7 @@ class Rubric:
                 total += values[name] if w == 1.0 else w * values[name]
         return total
 
-    def __call__(self, features: pd.DataFrame | Mapping[str, Any]) -> RewardTable:
+    def __call__(self, features: pd.DataFrame | Mapping[str, npt.ArrayLike]) -> RewardTable:
         values, c = self.component_values(features)
         total = self.total(values, len(c))
         return RewardTable({"total": total, **values}, self.params, self.weights, tuple(sorted(c.absent)),
@@ -412,7 +417,7 @@ def _breakdown(values: Mapping[str, np.ndarray], weights: Mapping[str, float]) -
 # ----------------------------------------------------------------------------- NaN-aware helpers for components
 
 
-def nan_where(cond: np.ndarray, a: Any, b: Any, *needed: np.ndarray) -> np.ndarray:
+def nan_where(cond: np.ndarray, a: npt.ArrayLike, b: npt.ArrayLike, *needed: np.ndarray) -> np.ndarray:
     """``np.where(cond, a, b)`` that is NaN where any array in ``needed`` is NaN (the condition's inputs)."""
     out = np.where(cond, a, b).astype(np.float64, copy=False)
     for x in needed:

@@ -14,13 +14,16 @@ preset that reads those scores what it can: its documented fallback (``correct_m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+if TYPE_CHECKING:
+    from workbench.rewards.rubric import Rubric
 
-def add_rewards(features: pd.DataFrame, rubrics: Sequence[Any]) -> pd.DataFrame:
+
+def add_rewards(features: pd.DataFrame, rubrics: Sequence[Rubric | None]) -> pd.DataFrame:
     """``features`` with ``reward_preset``, ``reward`` and ``reward_<component>`` of each row's rubric.
 
     ``rubrics``: one :class:`~workbench.rewards.rubric.Rubric` (or None: no reward) per row, in row order;
@@ -40,7 +43,7 @@ def add_rewards(features: pd.DataFrame, rubrics: Sequence[Any]) -> pd.DataFrame:
     preset: list[str | None] = [None] * n
     total = np.full(n, np.nan)
     parts: dict[str, np.ndarray] = {}
-    groups: dict[int, tuple[Any, list[int]]] = {}
+    groups: dict[int, tuple[Rubric, list[int]]] = {}
     for i, r in enumerate(rubrics):
         if r is not None:
             groups.setdefault(id(r), (r, []))[1].append(i)
