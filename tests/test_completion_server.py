@@ -133,11 +133,79 @@ def test_routes_trailing_slashes_and_unknown_paths(start):
     assert request(url, "/completions/", {"prompt": [66]})[0] == 200
     status, raw, _ = request(base, "/health")
     assert status == 200 and json.loads(raw)["requests"] == 1
-    status, raw, _ = request(url, "/chat/completions", {"messages": []})
-    assert status == 404 and "no route POST /v1/chat/completions" in openai_error(raw, 404)
+    status, raw, _ = request(url, "/embeddings", {"input": "x"})
+    assert status == 404 and "no route POST /v1/embeddings" in openai_error(raw, 404)
     status, raw, _ = request(url, "/completions")  # GET on a POST route: 404 like any unknown route
     assert status == 404 and "no route GET" in openai_error(raw, 404)
     assert request(base, "/docs")[0] == 404  # no FastAPI docs pages
+
+
+@pytest.fixture(scope="module")
+def tiny_backend(tiny_model):
+    """The HF backend over the random-init model of the default architecture: its real tokenizer and chat
+    template, a forward pass of a fraction of the real model's cost."""
+    from workbench.core.models import load_policy
+    from workbench.rollout.backends.hf import HFBackend
+
+    model, tok = load_policy(tiny_model, device="cpu")
+    return HFBackend(model, tok)
+
+
+CHAT = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Where is Vravmouth?"},
+        {"role": "assistant", "content": "<search>Vravmouth</search>"},
+        {"role": "user", "content": [{"type": "text", "text": "<information>a port</information>"}]}]
+
+
+def test_chat_messages_are_the_chat_template_prompt_and_answer_as_its_completion(start, tiny_backend):
+    from workbench.rollout.backends.base import encode_chat
+
+    _, url, _ = start(tiny_backend)
+    body = {"messages": CHAT, "max_completion_tokens": 6, "temperature": 0, "logprobs": True,
+            "return_token_ids": True}
+    status, raw, _ = request(url, "/chat/completions", body)
+    assert status == 200, raw
+    reply = json.loads(raw)
+    (choice,) = reply["choices"]
+    flat = [{**m, "content": m["content"] if isinstance(m["content"], str) else m["content"][0]["text"]} for m in CHAT]
+    ids = encode_chat(tiny_backend.tokenizer, flat)
+    assert reply["object"] == "chat.completion" and choice["prompt_token_ids"] == ids
+    assert reply["usage"]["prompt_tokens"] == len(ids) and 1 <= reply["usage"]["completion_tokens"] <= 6
+    # the same prompt ids as a completion, greedy: the same tokens, the same text
+    status, raw, _ = request(url, "/completions", {"prompt": ids, "max_tokens": 6, "temperature": 0, "logprobs": 0,
+                                                  "return_token_ids": True})
+    plain = json.loads(raw)["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": plain["text"]}
+    assert choice["token_ids"] == plain["token_ids"] and choice["finish_reason"] == plain["finish_reason"]
+    lps = [c["logprob"] for c in choice["logprobs"]["content"]]
+    assert lps == pytest.approx(plain["logprobs"]["token_logprobs"]) and len(lps) == len(choice["token_ids"])
+    # without logprobs asked, none come back; a null assistant content is an empty turn
+    body = {"messages": [*CHAT[:2], {"role": "assistant", "content": None}, CHAT[1]], "max_tokens": 2}
+    status, raw, _ = request(url.removesuffix("/v1"), "/chat/completions", body)  # the route without /v1 too
+    assert status == 200 and json.loads(raw)["choices"][0]["logprobs"] is None
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"messages": CHAT, "tools": [{"type": "function", "function": {"name": "search"}}]}, "tools is not supported"),
+    ({"messages": CHAT, "response_format": {"type": "json_object"}}, "response_format is not supported"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0].content: only text parts"),
+    ({"messages": [{"role": "tool", "content": "hit", "tool_call_id": "1"}]}, "messages[0].role must be one of"),
+    ({"messages": [CHAT[1], {"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]},
+     "messages[1] carries tool_calls"),
+    ({"messages": [CHAT[1], "hello"]}, "messages[1] must be an object"),
+    ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content must be a string"),
+    ({"messages": []}, "messages must be a non-empty list"),
+    ({"messages": CHAT, "prompt": "x"}, "carries messages, not prompt"),
+    ({"messages": CHAT, "logprobs": 3}, "logprobs must be true or false"),
+    ({"messages": CHAT, "top_logprobs": 5}, "top_logprobs 5 is not supported"),
+    ({"messages": CHAT, "max_tokens": 4, "max_completion_tokens": 5}, "max_tokens and max_completion_tokens differ"),
+    ({"messages": CHAT, "stream": True}, "stream=true is not supported"),
+])
+def test_chat_requests_the_server_cannot_serve_are_400_naming_the_field(start, body, says):
+    _, url, backend = start()
+    status, raw, _ = request(url, "/chat/completions", body)
+    assert status == 400 and says in openai_error(raw, 400)
+    assert backend.calls == []
 
 
 def test_api_key_is_checked_before_routing(start):

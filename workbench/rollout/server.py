@@ -10,6 +10,12 @@
   ``finish_reason`` (``stop`` / ``length``), ``stop_reason`` (the stop string, else null),
   ``logprobs.tokens`` (``"token_id:N"`` in token-id mode, else token strings) and
   ``logprobs.token_logprobs``, ``token_ids`` when asked, and ``usage``;
+- ``POST /v1/chat/completions``: ``messages`` (``system`` / ``user`` / ``assistant`` turns, text content: a string or
+  ``text`` parts) rendered with the model's chat template (``encode_chat``, the prompt the rollout engine builds),
+  then generated as a completion with the same settings and checks (``max_completion_tokens`` is ``max_tokens``;
+  ``logprobs`` is a bool); the reply has ``choices[].message`` (``role``, ``content``), ``finish_reason``,
+  ``stop_reason``, ``logprobs.content`` when asked, and ``usage``. Tool calls, ``response_format`` and streaming are
+  refused with a 400 naming the field: verifiers' harnesses and other chat clients talk to the model through it;
 - ``GET /v1/models`` and ``GET /health``;
 - with ``enable_lora=True`` (``--enable-lora``), vLLM's runtime LoRA API: ``POST /v1/load_lora_adapter``
   (``{"lora_name", "lora_path"}``: a PEFT directory under ``lora_dir``, ``--lora-dir``, loaded onto the HF model), ``POST
@@ -64,10 +70,20 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request  # at module level: FastAPI resolves the routes' string annotations here
 
-from workbench.rollout.backends.base import ERROR, GREEDY_BELOW, LENGTH, STOP, Backend, Generation, SamplingParams
+from workbench.rollout.backends.base import (
+    ERROR,
+    GREEDY_BELOW,
+    LENGTH,
+    STOP,
+    Backend,
+    Generation,
+    SamplingParams,
+    encode_chat,
+)
 from workbench.rollout.backends.openai import TOKEN_ID_PREFIX
 from workbench.rollout.lora_serving import AdapterError, LoRAAdapters
 from workbench.util.http_stack import BearerAuth, BodyGuard, ServerThread, is_loopback, json_response
+from workbench.util.textsafe import clean_text
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -90,6 +106,13 @@ MAX_TEMPERATURE = 100.0
 all but name."""
 MAX_SEED = 2**63 - 1
 """The largest ``seed`` (vLLM's: a signed 64-bit integer; seeds are >= 0 here)."""
+MAX_MESSAGES = 1024
+"""Chat messages one ``/v1/chat/completions`` request may carry."""
+CHAT_ROLES = ("system", "user", "assistant")
+"""The roles a chat message may take (tool turns are not served: this server runs no tool calls)."""
+#: Chat fields this server does not serve; a request that sets one (not null, not empty) gets a 400 naming it.
+CHAT_UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "response_format", "audio", "modalities",
+                    "prediction")
 MAX_CALL_TOKENS = 2048
 """Default of ``max_call_tokens`` (``--max-call-tokens``): rows x decode steps one ``backend.generate`` call takes; a
 longer request is cut into calls of fewer rows, and requests that arrive meanwhile go between them."""
@@ -462,6 +485,22 @@ def create_app(srv: CompletionServer) -> ASGIApp:
             log.exception("completion failed")
             return _error(500, f"{type(e).__name__}: {e}", "server_error")
 
+    @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        try:
+            job = await run_in_threadpool(_prepare_chat, srv, _read_json(await request.body()))
+            try:
+                gens = await asyncio.wrap_future(srv.batcher.enqueue(job.prompts, job.params, job.limits, job.adapter))
+            except AdapterError as e:
+                raise BadRequest(str(e), e.status) from None
+            return json_response(200, await run_in_threadpool(_render_chat, srv, job, gens))
+        except BadRequest as e:
+            return _error(e.status, str(e), "invalid_request_error" if e.status < 500 else "server_error")
+        except Exception as e:  # a backend failure: the client may retry
+            log.exception("chat completion failed")
+            return _error(500, f"{type(e).__name__}: {e}", "server_error")
+
     def lora_route(load: bool) -> Any:
         """vLLM's runtime LoRA endpoints; like vLLM, success is a plain-text 200."""
 
@@ -523,8 +562,9 @@ class _Request:
     opts: dict[str, bool]
 
 
-def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
-    """Check a completions request and encode its prompts (in a worker thread: text prompts are tokenized)."""
+def _prepare(srv: CompletionServer, body: dict[str, Any], prompts: list[list[int]] | None = None) -> _Request:
+    """Check a completions request and encode its prompts (in a worker thread: text prompts are tokenized).
+    ``prompts``: the ids of a chat request's rendered messages, in place of ``body["prompt"]``."""
     tok = srv.backend.tokenizer
     model = body.get("model")
     loras = srv.adapters.names() if srv.adapters is not None else []
@@ -536,7 +576,8 @@ def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
             raise BadRequest(f"{flag}=true is not supported by this server")
     if body.get("n", 1) != 1 or body.get("best_of", 1) not in (1, None):
         raise BadRequest("only n=1 is supported")
-    prompts = _parse_prompts(body.get("prompt"), tok)
+    if prompts is None:
+        prompts = _parse_prompts(body.get("prompt"), tok)
     if len(prompts) > MAX_PROMPTS:
         raise BadRequest(f"{len(prompts)} prompts in one request is over this server's {MAX_PROMPTS}: split them")
     max_tokens = body.get("max_tokens", 16)
@@ -582,6 +623,79 @@ def _prepare(srv: CompletionServer, body: dict[str, Any]) -> _Request:
         "include_stop": bool(body.get("include_stop_str_in_output", False)),
     }
     return _Request(prompts, params, [int(max_tokens)] * len(prompts), model if model in loras else None, opts)
+
+
+def _prepare_chat(srv: CompletionServer, body: dict[str, Any]) -> _Request:
+    """Check a chat request, render its messages with the chat template and check the rest as a completion."""
+    for key in CHAT_UNSUPPORTED:
+        if body.get(key) not in (None, [], {}, "none", "auto"):
+            raise BadRequest(f"{key} is not supported by this server (it serves text turns only): leave it out")
+    if "max_completion_tokens" in body:
+        if body.get("max_tokens") is not None and body["max_tokens"] != body["max_completion_tokens"]:
+            raise BadRequest("max_tokens and max_completion_tokens differ: give one of them")
+        body = {**body, "max_tokens": body["max_completion_tokens"]}
+    logprobs, top = body.get("logprobs"), body.get("top_logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise BadRequest(f"logprobs must be true or false in a chat request, got {logprobs!r}")
+    if top not in (None, 0):
+        raise BadRequest(f"top_logprobs {top!r} is not supported by this server: leave it out (or 0)")
+    if "prompt" in body:
+        raise BadRequest("a chat request carries messages, not prompt: send prompt to /v1/completions")
+    messages = _chat_messages(body.get("messages"))
+    try:
+        ids = encode_chat(srv.backend.tokenizer, messages)
+    except Exception as e:  # the template refused the turns (e.g. an order it does not take)
+        raise BadRequest(f"the model's chat template cannot render these messages: {type(e).__name__}: {e}") from None
+    if not ids:
+        raise BadRequest("the messages render to an empty prompt")
+    return _prepare(srv, {**body, "logprobs": 0 if logprobs else None}, prompts=[ids])
+
+
+def _chat_messages(messages: Any) -> list[dict[str, str]]:
+    """``messages`` as ``[{"role", "content"}]`` with text content, each problem a 400 naming the message."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list of {\"role\", \"content\"} objects")
+    if len(messages) > MAX_MESSAGES:
+        raise BadRequest(f"{len(messages)} messages in one request is over this server's {MAX_MESSAGES}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise BadRequest(f"messages[{i}] must be an object with role and content, got {type(m).__name__}")
+        role, content = m.get("role"), m.get("content")
+        if role not in CHAT_ROLES:
+            raise BadRequest(f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, got {str(role)[:40]!r}")
+        if m.get("tool_calls"):
+            raise BadRequest(f"messages[{i}] carries tool_calls: this server serves text turns only")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise BadRequest(f"messages[{i}].content: only text parts ({{\"type\": \"text\", \"text\": ...}}) "
+                                 "are served")
+            content = "".join(p["text"] for p in content)
+        elif content is None and role == "assistant":
+            content = ""
+        elif not isinstance(content, str):
+            raise BadRequest(f"messages[{i}].content must be a string or a list of text parts, got "
+                             f"{type(content).__name__}")
+        out.append({"role": role, "content": clean_text(content)})
+    return out
+
+
+def _render_chat(srv: CompletionServer, req: _Request, gens: list[Generation]) -> dict[str, Any]:
+    """The OpenAI chat reply for ``req``'s one generation: the completion's choice as an assistant message."""
+    reply = _render(srv, req, gens)
+    choice = reply["choices"][0]
+    logprobs = None
+    if choice["logprobs"] is not None:
+        tok = srv.backend.tokenizer
+        logprobs = {"content": [
+            {"token": tok.decode([t], skip_special_tokens=False), "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(gens[0].token_ids, choice["logprobs"]["token_logprobs"])]}
+    out = {"index": 0, "message": {"role": "assistant", "content": choice["text"]},
+           "finish_reason": choice["finish_reason"], "stop_reason": choice["stop_reason"], "logprobs": logprobs}
+    if "token_ids" in choice:
+        out["token_ids"], out["prompt_token_ids"] = choice["token_ids"], choice["prompt_token_ids"]
+    return {**reply, "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "choices": [out]}
 
 
 def _render(srv: CompletionServer, req: _Request, gens: list[Generation]) -> dict[str, Any]:
@@ -672,7 +786,8 @@ def _choice(index: int, prompt: list[int], g: Generation, tok: Any, opts: dict[s
 
 def main(argv: list[str] | None = None) -> None:
     """Serve a model with the HF backend until interrupted."""
-    ap = argparse.ArgumentParser(description="Serve a model over an OpenAI-compatible /v1/completions endpoint.")
+    ap = argparse.ArgumentParser(description="Serve a model over OpenAI-compatible /v1/completions and "
+                                 "/v1/chat/completions endpoints.")
     ap.add_argument("--model", default=None, help="alias, local path or HF id (default: the workbench default model)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
