@@ -182,16 +182,21 @@ def _case(report, name: str):
 @pytest.mark.slow
 def test_the_training_notebook_writes_its_figures_and_resumes_its_run(regress_run, tmp_path):
     """The suite's training case (two LoRA DSPO steps on the real model in notebook 04) wrote its figures and the
-    held-out score before and after; notebook 04 then continues that run from its newest checkpoint."""
+    held-out score before and after; notebook 04 then continues a copy of that run from its newest checkpoint (a
+    copy: the case's run stays as the case left it for the other tests that read it)."""
+    import shutil
+
     from workbench.apps.notebooks import execute_notebook
 
     out, m = _case(regress_run[0], "lora_training_tiny")
     assert m["steps"] == 2 and m["n_step_rows"] == 2
     assert "eval_cem_before" in m and "eval_cem_after" in m
     assert (out / "training_curves.html").exists() and (out / "phase_times.html").exists()
+    run_copy = tmp_path / "runs" / Path(m["run_dir"]).name
+    shutil.copytree(m["run_dir"], run_copy)
     resumed = tmp_path / "resumed"
     execute_notebook("04_lora_grpo_training", tmp_path / "04b.ipynb",
-                     {"steps": 3, "resume_dir": m["run_dir"], "out_dir": str(resumed)})
+                     {"steps": 3, "resume_dir": str(run_copy), "out_dir": str(resumed)})
     m2 = json.loads((resumed / "metrics.json").read_text(encoding="utf-8"))
     assert m2["steps"] == 3 and m2["checkpoint"] == "step_000003"
 
@@ -237,3 +242,46 @@ def test_the_quickstart_page_reads_as_a_reader_sees_it(regress_run):
     assert "prediction" in text and "gold" in text and "correct means cover-EM = 1" in text  # the transcript's verdict
     assert "cover-EM" in text and "searches" in text  # the metrics table's short headers
     assert width <= 1400
+
+
+@pytest.mark.slow
+def test_the_executed_notebooks_and_the_served_dashboard_show_the_same_numbers(regress_run, demo_run, tmp_path):
+    """One runs root holding the demo's eval run and the training case's run: what notebooks 01, 04 and 05 wrote
+    (their metrics.json, the numbers their tables print) is what the dashboard's Runs table and Compare data hold for
+    the same runs — trajectories, per-method scores and training steps."""
+    import shutil
+
+    import panel as pn
+
+    from workbench.dashboard import app as dash
+    from workbench.dashboard import queries as q
+
+    report = regress_run[0]
+    (demo,) = demo_run[2]
+    nb01, nb04 = (json.loads((_case(report, name)[0] / "metrics.json").read_text(encoding="utf-8"))
+                  for name in ("trajectory_inspector_tiny", "lora_training_tiny"))
+    root = tmp_path / "runs"
+    shutil.copytree(demo, root / demo.name)
+    train_run = Path(nb04["run_dir"])
+    shutil.copytree(train_run, root / train_run.name)
+
+    app = dash.build_app(root)
+    (table,) = [t for t in app.select(pn.widgets.Tabulator) if {"run_id", "steps"} <= set(t.value.columns)]
+    shown = table.value.set_index("run_id")
+    status = json.loads((train_run / "status.json").read_text(encoding="utf-8"))
+    assert shown.loc[train_run.name, "steps"] == nb04["steps"] == status["steps"] == 2
+    assert shown.loc[demo.name, "n_trajectories"] == nb01["n_trajectories"]
+    per_method = q.method_metrics(root)  # what the Compare tab draws
+    demo_rows = per_method[per_method["run_id"] == demo.name].set_index("method")
+    for method in ("direct", "search_r1", "search_r1+lora"):
+        for metric in ("em", "cem", "f1"):
+            assert demo_rows.loc[method, metric] == pytest.approx(nb01[f"{method}.{metric}"], abs=1e-9), (method, metric)
+
+    from workbench.apps.notebooks import execute_notebook
+
+    out05 = tmp_path / "05"
+    execute_notebook("05_results_dashboard", tmp_path / "05.ipynb", {"runs_dir": str(root), "out_dir": str(out05)})
+    nb05 = json.loads((out05 / "metrics.json").read_text(encoding="utf-8"))
+    assert nb05["n_runs"] == len(shown) == 2
+    assert nb05["n_trajectories"] == int(shown["n_trajectories"].sum())
+    assert nb05["best_f1"] == pytest.approx(float(per_method["f1"].max()), abs=1e-9)
