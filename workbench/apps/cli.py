@@ -1063,9 +1063,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "serve-retrieval": (_integration("serve_retrieval_args"), _integration("serve_retrieval"),
                         "serve BM25/dense, KG and plan search over HTTP in Search-R1's /retrieve API (127.0.0.1)"),
     "export": (_integration("export_args"), _integration("export_command"),
-               "export a method for verl: dataset parquet, reward module, launch script"),
+               "export a method for verl (dataset parquet, reward module, launch script) or as a verifiers environment"),
     "import": (_integration("import_args"), _integration("import_command"),
-               "import a verl run (rollout/validation dumps, metrics) as a workbench run"),
+               "import a verl run (rollout/validation dumps, metrics) or vf-eval's traces as a workbench run"),
     "schema": (_schema_args, schema_command,
                "every column of a run's trajectories.parquet and features.parquet: dtype and meaning"),
 }

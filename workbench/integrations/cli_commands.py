@@ -1,4 +1,5 @@
-"""``workbench serve-retrieval``, ``workbench export verl`` and ``workbench import verl`` (registered in ``workbench.apps.cli``)."""
+"""``workbench serve-retrieval``, ``workbench export verl|verifiers`` and ``workbench import verl|verifiers`` (registered in
+``workbench.apps.cli``)."""
 
 from __future__ import annotations
 
@@ -156,27 +157,47 @@ def export_args(p: argparse.ArgumentParser) -> None:
         "  workbench export verl --method search_r1 --out exports/search_r1\n"
         "  workbench export verl --method dynasearcher --dataset hotpotqa --split dev --limit 500 --out exp/ds\n"
         "  workbench export verl --method search_r1 --retrieval-url http://127.0.0.1:8000 --out exp/sr1   # shared server\n"
-        "writes train.parquet / val.parquet (verl's RLHFDataset columns), reward.py (custom_reward_function.path)\n"
-        "and run_<method>.sh (the paper's hyperparameters as verl Hydra overrides; not yet run on GPUs)."
+        "  workbench export verifiers --method search_r1 --limit 50 --out exports/vf-search_r1\n"
+        "verl: writes train.parquet / val.parquet (verl's RLHFDataset columns), reward.py (custom_reward_function.path)\n"
+        "and run_<method>.sh (the paper's hyperparameters as verl Hydra overrides; not yet run on GPUs).\n"
+        "verifiers: writes an installable verifiers 0.4.0 environment package (pyproject.toml, workbench_<method>/ with\n"
+        "load_environment, the questions and the manifest): the protocol's turns and tools over --corpus, the method's\n"
+        "rubric as its rewards; `vf-eval workbench_<method>` in .venv-verifiers (make verifiers-env) evaluates it."
     )
-    p.add_argument("target", choices=("verl",), help="the engine to export for")
+    p.add_argument("target", choices=("verl", "verifiers"), help="the engine to export for")
     p.add_argument("--method", required=True, help="a method from `workbench methods` (with a reward preset)")
     p.add_argument("--dataset", default="world", help="'world' (its train/dev splits) or a dataset name/file (default: %(default)s)")
-    p.add_argument("--split", default=None, help="split of a dataset file to export as train (default: all)")
+    p.add_argument("--split", default=None, help="split of a dataset file to export as train (default: all; verifiers "
+                   "on the world: dev)")
     p.add_argument("--val-dataset", default=None, help="validation dataset (default: the world's dev split, or none)")
     p.add_argument("--limit", type=int, default=None, help="first N questions per file")
     p.add_argument("--corpus", default="world", help="corpus the reward resolves passage ids against and the server serves (default: %(default)s)")
     p.add_argument("--model", default="Qwen/Qwen2.5-3B-Instruct", help="actor model path in the launch script (default: %(default)s)")
     p.add_argument("--retrieval-url", default=None, metavar="URL", help="a running `workbench serve-retrieval` "
                    "(http://127.0.0.1:8000) the agent loop's tools call instead of each worker indexing the corpus")
+    p.add_argument("--max-turns", type=int, default=None, help="verifiers: policy turns per rollout (default: the "
+                   "method's, else 4)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="verifiers: tokens per policy turn (default: the "
+                   "method's, else 256)")
     p.add_argument("--out", required=True, help="output directory")
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from workbench.integrations.verl.export import export_verl
-
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit {args.limit}: must be >= 1 (the first N questions per file; default: all)")
+    if args.target == "verifiers":
+        from workbench.integrations.verifiers.export import export_verifiers
+
+        out = export_verifiers(args.method, args.out, dataset=args.dataset, split=args.split, limit=args.limit,
+                               corpus=args.corpus, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens)
+        for name, path in out.items():
+            print(f"{name:>9}: {path}")
+        return 0
+    for flag, v in (("--max-turns", args.max_turns), ("--max-new-tokens", args.max_new_tokens)):
+        if v is not None:
+            raise ValueError(f"{flag} is a verifiers export setting: verl's launch script sets its own turn limits")
+    from workbench.integrations.verl.export import export_verl
+
     out = export_verl(args.method, args.dataset, args.out, split=args.split, val_dataset=args.val_dataset,
                       limit=args.limit, corpus=args.corpus, model=args.model, retrieval_url=args.retrieval_url)
     for name, path in out.items():
@@ -195,11 +216,16 @@ def import_args(p: argparse.ArgumentParser) -> None:
         "  workbench import verl /ckpt/rollouts --method search_r1 --validation-dir /ckpt/val --metrics train.log\n"
         "reads verl's trainer.rollout_data_dir / validation_data_dir dumps (<step>.jsonl with input, output,\n"
         "gts, score, step and the reward's components) and its metrics (file-logger JSONL or console log) into a\n"
-        "workbench run (kind train) that the inspector, playground and dashboard open."
+        "workbench run (kind train) that the inspector, playground and dashboard open.\n"
+        "  workbench import verifiers outputs/          # vf-eval's --output-dir (one run per exported method)\n"
+        "reads vf-eval's traces.jsonl (the exported environments' traces: messages, rewards) into a workbench run\n"
+        "(kind eval): each trace rebuilt by its method's protocol, its reward column verifiers' recorded reward."
     )
-    p.add_argument("source", choices=("verl",), help="the engine the run comes from")
-    p.add_argument("dir", help="rollout_data_dir, or the export directory holding rollouts/ and validation/")
-    p.add_argument("--method", required=True, help="the method whose protocol parses the responses")
+    p.add_argument("source", choices=("verl", "verifiers"), help="the engine the run comes from")
+    p.add_argument("dir", help="verl: rollout_data_dir, or the export directory holding rollouts/ and validation/; "
+                   "verifiers: a vf-eval run directory (traces.jsonl) or the --output-dir holding several")
+    p.add_argument("--method", default=None, help="the method whose protocol parses the responses (needed for verl; "
+                   "verifiers traces name their own)")
     p.add_argument("--validation-dir", default=None, help="validation_data_dir, if not inside DIR")
     p.add_argument("--metrics", default=None, help="verl's console log or file-logger JSONL (default: DIR/metrics.jsonl "
                    "or DIR/train.log if there)")
@@ -210,6 +236,18 @@ def import_args(p: argparse.ArgumentParser) -> None:
 
 
 def import_command(args: argparse.Namespace) -> int:
+    if args.source == "verifiers":
+        from workbench.integrations.verifiers.importer import import_verifiers, summary_line
+
+        for flag, v in (("--validation-dir", args.validation_dir), ("--metrics", args.metrics)):
+            if v is not None:
+                raise ValueError(f"{flag} is a verl import setting: a verifiers run is its traces.jsonl")
+        run = import_verifiers(args.dir, method=args.method, corpus=args.corpus, out=args.out, name=args.name,
+                               features=not args.no_features)
+        print(summary_line(run))
+        return 0
+    if args.method is None:
+        raise ValueError("workbench import verl needs --method: the method whose protocol parses verl's responses")
     from workbench.integrations.verl.importer import import_verl
 
     run = import_verl(args.dir, args.method, validation_dir=args.validation_dir, metrics=args.metrics,

@@ -182,7 +182,7 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
     """Read verl's dumps under ``dir`` (and its metrics log) into a new workbench run; see the module docstring."""
     from workbench.core.trajectory import save_trajectories
     from workbench.eval.runner import FEATURES_FILE, score, summarize
-    from workbench.integrations.verl.reward import _corpus
+    from workbench.integrations.verl.reward import corpus_index
     from workbench.methods import get_method
     from workbench.rewards.from_text import trajectory_from_text
 
@@ -204,7 +204,7 @@ def import_verl(dir: str | Path, method: str, *, validation_dir: str | None = No
         if corpus is not None and not isinstance(corpus, str):
             raise ValueError(f"{root / 'export.json'}: corpus must be a corpus name or file, got {json.dumps(corpus)[:60]}; "
                              "pass --corpus, or write the export again")
-    passages = _corpus(corpus) if corpus else None
+    passages = corpus_index(corpus) if corpus else None
     known = _export_examples(root)
     trajs, examples, notes, steps = [], {}, [], {}
     n_files, n_bad = 0, 0

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=8)
-def _corpus(corpus: str | None) -> Any:
+def corpus_index(corpus: str | None) -> Any:
+    """The corpus named ``corpus`` (``world`` or a corpus file) as a :class:`PassageIndex`, built once per name;
+    None for none."""
     from workbench.rewards.from_text import PassageIndex
 
     if not corpus:
@@ -50,7 +52,7 @@ def make_compute_score(method: str, *, corpus: str | None = "world", return_dict
     if m.reward is None:
         raise ValueError(f"method {method!r} declares no reward preset: nothing to export")
     inner = to_verl(m.rubric(), m.get_protocol(), return_dict=True, on_missing="nan", encoder=encoder,
-                    passages=_corpus(corpus), **kw)
+                    passages=corpus_index(corpus), **kw)
     names: list[str] = []
 
     def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
