@@ -37,7 +37,7 @@ def exported(tmp_path_factory):
     """Each method's export of the world's first two dev questions."""
     root = tmp_path_factory.mktemp("vf-export")
     for m in METHODS:
-        assert main(["export", "verifiers", "--method", m, "--limit", "2", "--out", str(root / m)]) == 0
+        assert main(["export", "verifiers", m, "--limit", "2", "--out", str(root / m)]) == 0
     return root
 
 
@@ -60,11 +60,13 @@ def test_export_is_a_package_with_the_methods_rubric_and_questions(exported):
 
 
 def test_export_refuses_what_it_cannot_write_in_one_line(exported, tmp_path, capsys):
-    for args, says in ((["--method", "direct"], "no reward preset"),
-                       (["--method", "r1_searcher", "--out", str(exported / "search_r1")], "of another method"),
-                       (["--method", "search_r1", "--limit", "0"], "--limit 0"),
-                       (["--method", "nope"], "nope")):
-        argv = ["export", "verifiers", "--out", str(tmp_path / "x"), *args]
+    for pos, args, says in (([], ["--method", "direct"], "no reward preset"),
+                            ([], ["--method", "r1_searcher", "--out", str(exported / "search_r1")], "of another method"),
+                            (["search_r1"], ["--limit", "0"], "--limit 0"),
+                            ([], ["--method", "nope"], "nope"),
+                            ([], [], "needs a method"),
+                            (["search_r1"], ["--method", "r1_searcher"], "two methods named")):
+        argv = ["export", "verifiers", *pos, "--out", str(tmp_path / "x"), *args]
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("workbench export: error:") and "\n" not in err and says in err, err
@@ -270,6 +272,9 @@ def test_export_vf_eval_import_round_trip_on_the_default_model(tmp_path):
     searched = [c for t in data.trajectories if t.meta["method"] == "search_r1" for o in t.turns
                 if o.kind == "observation" for c in o.tool_calls if c.results]
     assert searched and all(str(h.get("id", "")).startswith("p") for c in searched for h in c.results)
+    from widgets.playground import reward_playground
+
+    assert data.reward_stored and reward_playground(run) is not None  # the playground opens it on its features
     row = runs_table(root).iloc[0]
     assert row["kind"] == "eval" and row["error"] == "" and row["n_trajectories"] == 4
     assert set(method_metrics(root)["method"]) == set(METHODS)

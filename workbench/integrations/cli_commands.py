@@ -157,7 +157,7 @@ def export_args(p: argparse.ArgumentParser) -> None:
         "  workbench export verl --method search_r1 --out exports/search_r1\n"
         "  workbench export verl --method dynasearcher --dataset hotpotqa --split dev --limit 500 --out exp/ds\n"
         "  workbench export verl --method search_r1 --retrieval-url http://127.0.0.1:8000 --out exp/sr1   # shared server\n"
-        "  workbench export verifiers --method search_r1 --limit 50 --out exports/vf-search_r1\n"
+        "  workbench export verifiers search_r1 --limit 50 --out exports/vf-search_r1\n"
         "verl: writes train.parquet / val.parquet (verl's RLHFDataset columns), reward.py (custom_reward_function.path)\n"
         "and run_<method>.sh (the paper's hyperparameters as verl Hydra overrides; not yet run on GPUs).\n"
         "verifiers: writes an installable verifiers 0.4.0 environment package (pyproject.toml, workbench_<method>/ with\n"
@@ -165,7 +165,8 @@ def export_args(p: argparse.ArgumentParser) -> None:
         "rubric as its rewards; `vf-eval workbench_<method>` in .venv-verifiers (make verifiers-env) evaluates it."
     )
     p.add_argument("target", choices=("verl", "verifiers"), help="the engine to export for")
-    p.add_argument("--method", required=True, help="a method from `workbench methods` (with a reward preset)")
+    p.add_argument("name", nargs="?", default=None, metavar="METHOD", help="the method (or --method)")
+    p.add_argument("--method", default=None, help="a method from `workbench methods` (with a reward preset)")
     p.add_argument("--dataset", default="world", help="'world' (its train/dev splits) or a dataset name/file (default: %(default)s)")
     p.add_argument("--split", default=None, help="split of a dataset file to export as train (default: all; verifiers "
                    "on the world: dev)")
@@ -183,6 +184,12 @@ def export_args(p: argparse.ArgumentParser) -> None:
 
 
 def export_command(args: argparse.Namespace) -> int:
+    if args.name and args.method and args.name != args.method:
+        raise ValueError(f"two methods named: {args.name} and --method {args.method}; give one")
+    args.method = args.method or args.name
+    if not args.method:
+        raise ValueError(f"workbench export {args.target} needs a method: `workbench export {args.target} METHOD "
+                         "--out DIR` (`workbench methods` lists them)")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit {args.limit}: must be >= 1 (the first N questions per file; default: all)")
     if args.target == "verifiers":

@@ -114,7 +114,7 @@ make verifiers-env                                     # in the workbench reposi
 .venv-verifiers/bin/pip install --no-deps -e .         # this package (or put this folder on PYTHONPATH)
 .venv/bin/python -m workbench.rollout.server --port 8000 &   # or any OpenAI-compatible server
 OPENAI_API_KEY=EMPTY .venv-verifiers/bin/vf-eval {package} --model <served model> \\
-    --client.base-url http://127.0.0.1:8000/v1 --client.api-key-var OPENAI_API_KEY -n 2
+    --client.base-url http://127.0.0.1:8000/v1 --client.api-key-var OPENAI_API_KEY -n 2 --no-push
 workbench import verifiers outputs/                    # the traces as a workbench run
 ```
 """
