@@ -143,6 +143,7 @@ def test_demo_writes_a_run_and_executes_the_notebook(demo_run):
     assert run.config["methods"]["search_r1"]["protocol"]["observation_mode"] == "chat"  # the layout it learned
     assert len(run.trajectories()) == 2 * group * 4  # 2 questions x the group x 4 methods
     assert metrics["notebooks"]["01_trajectory_inspector"]["status"] == "ok" and (run.path / "dashboard.html").exists()
+    assert "one file that opens offline" in printed
     nb_dir = run.path / "notebooks" / "01_trajectory_inspector"
     nb_metrics = json.loads((nb_dir / "metrics.json").read_text())
     assert nb_metrics["n_trajectories"] == 2 * group * 4
@@ -285,3 +286,34 @@ def test_the_executed_notebooks_and_the_served_dashboard_show_the_same_numbers(r
     assert nb05["n_runs"] == len(shown) == 2
     assert nb05["n_trajectories"] == int(shown["n_trajectories"].sum())
     assert nb05["best_f1"] == pytest.approx(float(per_method["f1"].max()), abs=1e-9)
+
+
+@pytest.mark.slow
+def test_the_demos_dashboard_page_draws_copied_alone(demo_run, tmp_path):
+    """The demo's ``<run>/dashboard.html`` copied into an empty folder and opened with every network request refused:
+    its charts draw (plotly.js is inside the page, not in a file beside it)."""
+    import shutil
+
+    from tests.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    (run_path,) = demo_run[2]
+    alone = tmp_path / "elsewhere" / "dashboard.html"
+    alone.parent.mkdir()
+    shutil.copy(run_path / "dashboard.html", alone)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.route("http*://**", lambda route: route.abort())
+        page.goto(alone.as_uri())
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        # a locator reaches into the page's shadow roots, where Panel puts the plots
+        drawn = page.locator(".js-plotly-plot").evaluate_all(
+            "els => els.map(d => d.querySelectorAll('.main-svg path, .main-svg rect, .main-svg text').length)")
+        browser.close()
+    assert drawn and all(n > 10 for n in drawn), drawn
+    assert not errors, errors

@@ -215,11 +215,10 @@ def run_demo(
         t0 = time.perf_counter()
         _say("[3/3] writing the static dashboard")
         try:
-            # the run's figures already share one plotly.min.js: the page loads it rather than a second copy
-            save_static(run.path / "dashboard.html", run.path.parent, share_plotlyjs=True)
-            _say(f"      -> {run.path / 'dashboard.html'} (over {run.path.parent}; opens offline where it is: its "
-                 f"charts read {run.path / 'plotly.min.js'}, so copy the run folder, or write a page that stands "
-                 f"alone with `workbench dashboard --static FILE --runs {run.path.parent}`)")
+            # plotly.js inlined (4.8 MB): the page is the one file a user mails or copies, so it stands alone
+            save_static(run.path / "dashboard.html", run.path.parent)
+            _say(f"      -> {run.path / 'dashboard.html'} (over {run.path.parent}; one file that opens offline, "
+                 f"copied anywhere)")
         except Exception as e:  # noqa: BLE001 - the run is already written; report and go on
             nb_status["dashboard.html"] = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500]}
             _say(f"      dashboard FAILED: {type(e).__name__}: {e}")
