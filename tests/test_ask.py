@@ -79,6 +79,29 @@ def test_ask_streams_and_writes_a_run_the_inspector_opens(tokenizer, tmp_path):
     assert len(ins.trajectories) == 1
 
 
+def test_the_model_load_is_said_before_it_starts(tokenizer, tmp_path, monkeypatch):
+    """The first question loads the model (about a minute on a CPU): a line saying so reaches the caller (the Ask
+    tab's status, the CLI) before the load begins, not only once it is over; the second question loads nothing."""
+    from workbench.eval import runner
+
+    heard: list[str] = []
+    said_before_load: list[bool] = []
+
+    def load_backend(cfg):
+        said_before_load.append(any(m.startswith("[model] loading") for m in heard))
+        return ScriptedBackend(tokenizer, SCRIPT * 2), None, "scripted model"
+
+    monkeypatch.setattr(runner, "load_backend", load_backend)
+    asker = Asker()
+    asker.ask(QUESTION, "search_r1", out=tmp_path, log=heard.append)
+    assert said_before_load == [True]
+    loading = [m for m in heard if m.startswith("[model] loading")]
+    assert len(loading) == 1 and "once" in loading[0] and "minute" in loading[0]
+    heard.clear()
+    asker.ask(QUESTION, "search_r1", out=tmp_path, log=heard.append)
+    assert said_before_load == [True] and not any(m.startswith("[model]") for m in heard)
+
+
 def test_ask_searches_a_corpus_file_or_a_retrieval_server(tokenizer, tmp_path):
     from workbench.integrations.retrieval_server import RetrievalService, create_app
     from workbench.util.http_stack import ServerThread

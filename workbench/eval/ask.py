@@ -180,6 +180,9 @@ class Asker:
         if key not in self._backends:
             from workbench.eval.runner import load_backend
 
+            # said before the load, which takes about a minute on a CPU: a page or a terminal is not silent meanwhile
+            log(f"[model] loading {cfg.model}{' and the adapter' if cfg.adapter else ''} (once: later questions "
+                f"reuse it; about a minute on a CPU)…")
             t0 = time.perf_counter()
             backend, _, what = load_backend(cfg)
             self._backends = {key: (backend, what)}  # one model in memory at a time
