@@ -351,13 +351,35 @@ def test_the_setting_shown_goes_to_training_as_a_command_and_a_config_file(table
     fields = {k: getattr(args, k) for k in ("reward", "reward_params", "reward_weights")}
     configs = {"command": wm.train_config(**fields)}
     box.save_button.click()
-    assert path.is_file() and f"workbench train --config {path}" in html.unescape(box.train_box.value)
+    assert path.is_file() and f"workbench train --reward-config {path}" in html.unescape(box.train_box.value)
     configs["file"] = wm.train_config_file(path)
+    # --reward-config reads the reward alone, under the flags: --reward-weights given too wins for its keys
+    configs["reward-config"] = wm.train_config(**cli.reward_config_fields(path))
+    argv = ["train", "--reward-config", str(path), "--reward-weights", '{"r_acc": 0.25}']
+    args = cli.build_parser().parse_args(argv)
+    assert args.reward_config == str(path) and args.reward_weights == {"r_acc": 0.25}
+    both = {**cli.reward_config_fields(path), "reward_weights": args.reward_weights}
+    assert wm.train_config(**both).reward_weights["r_acc"] == 0.25
     for how, cfg in configs.items():
         assert (cfg.reward, cfg.reward_params["alpha"], cfg.reward_weights["r_acc"]) == ("dynasearcher", 2.0, 0.5), how
         rubric = wm.run_parts(cfg).rubric(cfg)
         got = counterfactual(table, rubric, {}).rows.set_index("id")["reward_new"]
         np.testing.assert_allclose(got.loc[shown.index], shown, err_msg=how)
+
+
+def test_reward_config_refuses_a_file_that_sets_more_than_the_reward(tmp_path, capsys):
+    """``--reward-config`` carries the reward only: a file with other fields, or none, is refused in one line naming
+    the fields and where they go, before any model loads."""
+    from workbench.apps import cli
+
+    more = tmp_path / "more.yaml"
+    more.write_text("rewards:\n  reward: dynasearcher\nsteps: 50\n", encoding="utf-8")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("{}\n", encoding="utf-8")
+    for path, words in ((more, "sets steps: it carries the reward only"), (empty, "sets no reward field")):
+        assert cli.main(["train", "--reward-config", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and str(path) in err and "\n" not in err and "Traceback" not in err
 
 
 def test_save_reward_config_says_why_it_could_not(table, tmp_path):

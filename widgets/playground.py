@@ -368,8 +368,8 @@ def train_command(state: PlaygroundState) -> str:
 
 
 def save_reward_config(state: PlaygroundState, path: str | Any) -> Any:
-    """Write the reward shown as a YAML file ``workbench train --config FILE`` reads (section ``rewards``; other flags
-    on the command line add to it). Returns the path."""
+    """Write the reward shown as a YAML file ``workbench train --reward-config FILE`` reads (section ``rewards``; it
+    also serves as ``--config FILE``; other flags on the command line add to it). Returns the path."""
     from pathlib import Path
 
     import yaml
@@ -378,7 +378,7 @@ def save_reward_config(state: PlaygroundState, path: str | Any) -> Any:
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    head = f"# the reward playground's setting over {state.source_note}\n# train with it: workbench train --config {p}\n"
+    head = f"# the reward playground's setting over {state.source_note}\n# train with it: workbench train --reward-config {p}\n"
     atomic_write_text(p, head + yaml.safe_dump({"rewards": train_settings(state)}, sort_keys=False))
     return p
 
@@ -388,7 +388,7 @@ def _train_html(state: PlaygroundState, saved: str = "") -> str:
         cmd = train_command(state)
     except ValueError:
         return ""
-    tail = (f"<br>saved: <code>{html.escape(saved)}</code> — <code>workbench train --config {html.escape(saved)}</code>"
+    tail = (f"<br>saved: <code>{html.escape(saved)}</code> — <code>workbench train --reward-config {html.escape(saved)}</code>"
             if saved else "")
     return (f"<div style='font-size:12px'>train with this reward: <code style='user-select:all'>{html.escape(cmd)}"
             f"</code>{tail}</div>")
@@ -420,7 +420,7 @@ def reward_playground(
         bins: histogram bins.
         max_rows: rows shown in the rank-change table.
         config_path: where *save reward config* writes the setting shown (a YAML file for ``workbench train
-            --config``).
+            --reward-config``).
 
     Returns a VBox with handles: ``preset`` (Dropdown), ``sliders`` (parameter → widget),
     ``weight_sliders`` (component → slider), ``figures`` (``total``, ``components``,
@@ -442,7 +442,7 @@ def reward_playground(
     preset_pick = W.Dropdown(options=sorted(PRESETS), value=preset, description="preset")
     reset = W.Button(description="reset to defaults", tooltip="parameters and weights back to the preset's defaults")
     save = W.Button(description="save reward config", tooltip=f"write the setting shown to {config_path} for "
-                    "`workbench train --config`")
+                    "`workbench train --reward-config`")
     train_box = W.HTML()
     doc = W.HTML()
     param_box, weight_box = W.VBox(), W.VBox()

@@ -376,6 +376,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         "writes runs/<run_id>/: config.json, metrics.jsonl (one row per step), steps/, checkpoints/, metrics.json"
     )
     p.add_argument("--config", default=None, metavar="FILE", help="TrainConfig as JSON or YAML (flags override it)")
+    p.add_argument("--reward-config", default=None, metavar="FILE",
+                   help="the reward alone (reward, reward_params, reward_weights) from a JSON or YAML file, e.g. the "
+                        "reward playground's 'save reward config'; over --config, under the reward flags")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue this run from its newest checkpoint")
     p.add_argument("--out", default=None, metavar="DIR", help="runs root the run directory is created in (default: runs/ in the checkout, or $WORKBENCH_RUNS)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -421,6 +424,26 @@ def _json_arg(text: str):
         raise argparse.ArgumentTypeError(f"expected JSON (e.g. '{{\"key\": 1}}' or '[\"a\"]'), got {text!r}: {e}") from e
 
 
+REWARD_FIELDS = ("reward", "reward_params", "reward_weights")
+"""What ``--reward-config FILE`` may set: the reward and nothing else."""
+
+
+def reward_config_fields(path: str | os.PathLike) -> dict[str, Any]:
+    """The reward fields of a TrainConfig file (``rewards:`` section or top level), refusing any other field in one
+    line that names it and where it goes."""
+    from workbench.rl.train_config import read_config_file
+
+    data = read_config_file(path)
+    other = sorted(k for k in data if k not in REWARD_FIELDS)
+    if other:
+        raise ValueError(f"--reward-config {path} sets {', '.join(other)}: it carries the reward only "
+                         f"({', '.join(REWARD_FIELDS)}); give the rest in --config FILE or as flags")
+    if not data:
+        raise ValueError(f"--reward-config {path} sets no reward field: give {', '.join(REWARD_FIELDS)} "
+                         "(the reward playground's 'save reward config' writes such a file)")
+    return data
+
+
 def train_command(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -431,6 +454,8 @@ def train_command(args: argparse.Namespace) -> int:
     apply_threads(args.threads)
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.reward_config:
+        given = {**reward_config_fields(args.reward_config), **given}
     if args.resume:
         trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:  # a `method:` key in the file, or --method, starts from that method's declaration
