@@ -71,6 +71,15 @@ def _train_run(root, run_id, steps):
     return run
 
 
+def _fire(run, step, name):
+    """A ``health.jsonl`` row with one alarm fired, as the trainer appends it."""
+    from workbench.rl.health import HEALTH_FILE
+
+    row = {"step": step, "signals": {}, "fired": [{"name": name, "step": step, "text": f"{name} text", "says": ""}]}
+    with open(run.path / HEALTH_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def test_a_new_step_or_run_is_read_again_and_nothing_else_is(tmp_path):
     root = tmp_path / "runs"
     old = _train_run(root, OLD, [1, 2])
@@ -83,6 +92,12 @@ def test_a_new_step_or_run_is_read_again_and_nothing_else_is(tmp_path):
         assert "at step 3" in view.status.object
         _train_run(root, NEW, [1])  # a run that starts while the page is open joins the overlay
         assert view.refresh() is True and view.runs.value == [NEW, OLD] and len(view.plot.object.data) == 2
+        assert "no health alarm" in view.alarm_pane.object
+        _fire(old, 3, "search_drop")  # an alarm written while the page is open is listed at the next look
+        assert view.refresh() is True and "search_drop" in view.alarm_pane.object and "at step 3" in view.alarm_pane.object
+        view.runs.value = [NEW]  # only the runs drawn: the other run's alarm is not listed
+        assert "no health alarm" in view.alarm_pane.object
+        view.runs.value = [NEW, OLD]
         view.axis.value = "wall-clock (min)"
         assert sorted(len(t.x) for t in view.plot.object.data) == [1, 3]
         assert "training time" in view.plot.object.layout.xaxis.title.text
@@ -112,6 +127,8 @@ def test_the_served_training_tab_follows_a_run_as_it_trains(tmp_path, monkeypatc
             time.sleep(0.2)
         assert plot.evaluate(points) == [3], "the new step did not reach the page"
         page.locator(".wb-live-status", has_text="at step 3").first.wait_for(timeout=30_000)  # its own message
+        _fire(run, 3, "search_drop")  # an alarm as the trainer writes it: listed without a reload
+        page.locator(".wb-live-alarms", has_text="search_drop").first.wait_for(timeout=30_000)
         page.locator(".bk-btn", has_text="wall-clock (min)").click()
         title = "el => el.layout.xaxis.title.text || ''"
         deadline = time.time() + 30

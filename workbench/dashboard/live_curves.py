@@ -12,9 +12,10 @@ the arithmetic, kept apart from the widgets so that it is tested without a brows
   or were resumed line up at 0.
 
 :class:`LiveCurves` is the Panel view: a metric picker, the runs to overlay, the axis, the smoothing slider and a
-*follow* switch. While *follow* is on, the view checks the size and modification time of every ``metrics.jsonl``
-under the runs root every ``period_s`` seconds and reads the curves again when one moved (a new step, a new run),
-saying when it last did. The static page keeps the plain figure (``figures.curves_figure``): it has no server.
+*follow* switch. While *follow* is on, the view checks the size and modification time of every ``metrics.jsonl`` and
+``health.jsonl`` under the runs root every ``period_s`` seconds and reads the curves and the runs' health alarms
+again when one moved (a new step, an alarm, a new run), saying when it last did; the alarms of the runs drawn are
+listed above the plot, newest step first. The static page keeps the plain figure (``figures.curves_figure``): it has no server.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pandas as pd
 
 from workbench.dashboard import queries as q
 from workbench.dashboard.figures import _colours, escape_label, run_label
+from workbench.rl.health import HEALTH_FILE
 
 #: Seconds between two looks at the runs' files while *follow* is on.
 PERIOD_S = 5.0
@@ -103,16 +105,35 @@ def live_figure(series: pd.DataFrame, metric: str, axis: str = "step", smoothing
     return fig
 
 
-def files_signature(runs_dir: str | os.PathLike) -> tuple[tuple[str, int, int], ...]:
-    """``(run, size, mtime_ns)`` of every run's ``metrics.jsonl`` under ``runs_dir``: what changes when a step lands."""
+#: The files a training run writes as it goes: its step rows and its health rows (the alarms).
+FOLLOWED = (q.STEP_METRICS, HEALTH_FILE)
+
+
+def files_signature(runs_dir: str | os.PathLike) -> tuple[tuple[str, str, int, int], ...]:
+    """``(run, file, size, mtime_ns)`` of every run's ``metrics.jsonl`` and ``health.jsonl`` under ``runs_dir``: what
+    changes when a step lands or an alarm fires."""
     out = []
     for d in q.run_dirs(runs_dir):
-        try:
-            st = (d / q.STEP_METRICS).stat()
-        except OSError:
-            continue
-        out.append((d.name, st.st_size, st.st_mtime_ns))
+        for name in FOLLOWED:
+            try:
+                st = (d / name).stat()
+            except OSError:
+                continue
+            out.append((d.name, name, st.st_size, st.st_mtime_ns))
     return tuple(out)
+
+
+def alarms_html(alarms: pd.DataFrame, runs: list[str], limit: int = 8) -> str:
+    """The alarms of the runs drawn, newest step first: one line each (run, step, alarm, what happened)."""
+    df = alarms[alarms["run_id"].isin(runs)] if len(alarms) else alarms
+    if df.empty:
+        return "<small class='wb-live-alarms-none'>no health alarm in the runs drawn</small>"
+    df = df.sort_values(["step", "run_id"], ascending=[False, False])
+    lines = [f"<li><b>{html.escape(str(r['alarm']))}</b> at step {int(r['step'])} · {html.escape(str(r['run_id']))}: "
+             f"{html.escape(str(r['what happened']))}</li>" for _, r in df.head(limit).iterrows()]
+    more = f"<li>… and {len(df) - limit} more</li>" if len(df) > limit else ""
+    return (f"<div style='color:#b00020'><small>{len(df)} health alarm(s) in the runs drawn</small>"
+            f"<ul style='margin:2px 0'>{''.join(lines)}{more}</ul></div>")
 
 
 class LiveCurves:
@@ -125,6 +146,7 @@ class LiveCurves:
         self.root, self.period_s = Path(runs_dir), float(PERIOD_S if period_s is None else period_s)
         self.signature = files_signature(self.root)  # before reading: a step landing meanwhile is read next time
         self.curves = curves if curves is not None else q.training_curves(self.root)
+        self.alarms = q.health_alarms(self.root)
         names = q.curve_metrics(self.curves)
         runs = self._runs()
         self.metric = pn.widgets.Select(label="metric", options=names, value=names[0] if names else None, width=260)
@@ -133,13 +155,14 @@ class LiveCurves:
         self.smoothing = pn.widgets.FloatSlider(label="smoothing", start=0.0, end=0.95, step=0.05, value=0.0, width=220)
         self.follow = pn.widgets.Toggle(label=f"follow training (every {self.period_s:g} s)", value=True, width=220)
         self.status = pn.pane.HTML("", css_classes=["wb-live-status"], sizing_mode="stretch_width")
+        self.alarm_pane = pn.pane.HTML("", css_classes=["wb-live-alarms"], sizing_mode="stretch_width")
         self.plot = pn.pane.Plotly(sizing_mode="stretch_width", config={"displaylogo": False})
         for w in (self.metric, self.runs, self.axis, self.smoothing):
             w.param.watch(lambda _e: self.draw(), "value")
         self.callback = None
         self.follow.param.watch(self._follow, "value")
         self.view = pn.Column(pn.Row(self.metric, self.axis, self.smoothing, self.follow), self.runs, self.status,
-                              self.plot, sizing_mode="stretch_width")
+                              self.alarm_pane, self.plot, sizing_mode="stretch_width")
         self.draw()
         self._follow()
 
@@ -153,6 +176,7 @@ class LiveCurves:
         axis = AXES[self.axis.value]
         series = curve_series(self.curves, metric, axis, float(self.smoothing.value), list(self.runs.value))
         self.plot.object = live_figure(series, metric, axis, float(self.smoothing.value))
+        self.alarm_pane.object = alarms_html(self.alarms, list(self.runs.value))
         newest = {r: int(g["step"].max()) for r, g in series.groupby("run_id")} if not series.empty else {}
         steps = ", ".join(f"{html.escape(r)} at step {s}" for r, s in sorted(newest.items(), reverse=True)[:3])
         stamp = _dt.datetime.now().strftime("%H:%M:%S")
@@ -160,11 +184,12 @@ class LiveCurves:
                               + (" · following" if self.follow.value else "") + "</small>")
 
     def refresh(self) -> bool:
-        """Read the curves again if a run's ``metrics.jsonl`` changed since the last read; whether it did."""
+        """Read the curves and alarms again if a run's ``metrics.jsonl`` or ``health.jsonl`` changed since the last
+        read; whether one did."""
         sig = files_signature(self.root)
         if sig == self.signature:
             return False
-        self.signature, self.curves = sig, q.training_curves(self.root)
+        self.signature, self.curves, self.alarms = sig, q.training_curves(self.root), q.health_alarms(self.root)
         names, runs = q.curve_metrics(self.curves), self._runs()
         new_runs = [r for r in runs if r not in self.runs.options]
         self.metric.options = names
