@@ -70,9 +70,38 @@ def test_two_runs_settings_where_they_differ(root):
         config_diff(root, A, C)
 
 
+def test_the_tag_filter_narrows_the_runs_table_and_the_switch_groups_it(root):
+    """The runs table as the served page builds it: choosing a tag keeps the runs that carry it (any of them when
+    several are chosen), none chosen shows all; the group switch groups the table by its tags column."""
+    import panel as pn
+
+    from workbench.dashboard.organise import organise_part
+
+    write_notes(root / A, "baseline, sweep:lr", "")
+    write_notes(root / C, "sweep:lr", "")
+    runs = q.runs_table(root)
+    table = pn.widgets.Tabulator(runs)
+    card = organise_part(root, runs, table)
+    (only,) = [w for w in card.select(pn.widgets.MultiChoice) if w.label == "show runs tagged"]
+    (group,) = card.select(pn.widgets.Checkbox)
+    assert sorted(only.options) == ["baseline", "sweep:lr"]
+    assert sorted(table.current_view["run_id"]) == sorted([A, B, C])
+    only.value = ["baseline"]
+    assert table.current_view["run_id"].tolist() == [A]
+    only.value = ["baseline", "sweep:lr"]
+    assert sorted(table.current_view["run_id"]) == sorted([A, C])
+    only.value = []
+    assert len(table.current_view) == 3
+    group.value = True
+    assert table.groupby == ["tags"]
+    group.value = False
+    assert table.groupby == []
+
+
 def test_tags_saved_in_the_page_filter_the_runs_table_in_chromium(root):
-    """As a reader would: pick a run, type tags and a note, save; the runs table shows the tags, the tag filter
-    narrows the table to that run, and the settings two runs differ in are listed."""
+    """As a reader would: pick a run, type tags and a note, save; the runs table shows the tags, the settings two
+    runs differ in are listed, and a bad tag is refused with nothing written (the tag filter and the grouping over
+    the same table: the test above)."""
     with _served_page(root) as page:
         page.wait_for_selector(".tabulator-row", timeout=60_000)
         runs_rows = page.locator(".tabulator-row", has_text="20261204-")

@@ -1,5 +1,5 @@
 """The served Runs section's *Organise* part: a run's tags and note (``workbench.storage.notes``), the runs table
-narrowed to runs with chosen tags, and the settings two runs differ in (their ``config.json``, flattened).
+narrowed to runs with chosen tags or grouped by them, and the settings two runs differ in (their ``config.json``, flattened).
 
 Everything a user types is checked (:func:`~workbench.storage.notes.parse_tags`) and shown escaped; a bad tag is one
 line under the form and nothing is written.
@@ -56,8 +56,8 @@ def _diff_html(df: pd.DataFrame) -> str:
 
 
 def organise_part(runs_dir: str | os.PathLike, runs: pd.DataFrame, table: Any) -> Any:
-    """Tags and a note for a run (saved in the run), a tag filter over ``table`` (the runs table), and two runs'
-    settings side by side where they differ."""
+    """Tags and a note for a run (saved in the run), a tag filter over ``table`` (the runs table) and a switch that
+    groups it by tags, and two runs' settings side by side where they differ."""
     import panel as pn
 
     from workbench.storage.notes import read_notes, write_notes
@@ -97,6 +97,12 @@ def organise_part(runs_dir: str | os.PathLike, runs: pd.DataFrame, table: Any) -
         return df[[bool(want & set(str(v).split(", "))) for v in df["tags"].fillna("")]]
 
     table.add_filter(pn.bind(tagged, chosen=only))
+    group = pn.widgets.Checkbox(name="group the runs table by tags", value=False)
+
+    def regroup(event: Any) -> None:
+        table.groupby = ["tags"] if event.new else []
+
+    group.param.watch(regroup, "value")
     pick.param.watch(show, "value")
     save.on_click(store)
     show()
@@ -113,7 +119,7 @@ def organise_part(runs_dir: str | os.PathLike, runs: pd.DataFrame, table: Any) -
             return pn.pane.HTML(f"<small style='color:#b00020'>{html.escape(str(e))}</small>")
 
     return pn.Card(
-        pn.Row(pick, tags, save), note, said, only,
+        pn.Row(pick, tags, save), note, said, pn.Row(only, group),
         pn.pane.Markdown("**Two runs' settings** (`config.json`, where they differ)"), pn.Row(diff_a, diff_b),
         pn.panel(pn.bind(diff, diff_a, diff_b)),
         title="Organise: tags, notes, and two runs' settings", collapsed=False, sizing_mode="stretch_width")
