@@ -98,6 +98,28 @@ def test_the_tag_filter_narrows_the_runs_table_and_the_switch_groups_it(root):
     assert table.groupby == []
 
 
+def test_the_runs_shown_export_as_csv_and_parquet(root):
+    """The served page's runs export: the rows the table shows after a tag filter, as CSV and as Parquet."""
+    import io
+
+    import pandas as pd
+    import panel as pn
+
+    from workbench.dashboard import app as dash
+
+    write_notes(root / B, "baseline", "")
+    page = dash.build_app(root)
+    (only,) = [w for w in page.select(pn.widgets.MultiChoice) if w.label == "show runs tagged"]
+    downloads = {d.filename: d for d in page.select(pn.widgets.FileDownload) if d.filename.startswith("runs.")}
+    assert sorted(downloads) == ["runs.csv", "runs.parquet"]
+    assert len(pd.read_csv(downloads["runs.csv"].callback())) == 3
+    only.value = ["baseline"]
+    csv = pd.read_csv(downloads["runs.csv"].callback())
+    parquet = pd.read_parquet(io.BytesIO(downloads["runs.parquet"].callback().read()))
+    assert csv["run_id"].tolist() == parquet["run_id"].tolist() == [B]
+    assert parquet.loc[0, "tags"] == "baseline"
+
+
 def test_tags_saved_in_the_page_filter_the_runs_table_in_chromium(root):
     """As a reader would: pick a run, type tags and a note, save; the runs table shows the tags, the settings two
     runs differ in are listed, and a bad tag is refused with nothing written (the tag filter and the grouping over

@@ -728,6 +728,11 @@ def _run_views(root: Path, static: bool, problems: list[str] | None,
         from workbench.dashboard.organise import organise_part
 
         runs_view.append(_safe("organise", lambda: organise_part(root, runs, runs_table), problems))
+        # the rows the runs table shows now (a tag filter, a column filter applied), as a file
+        runs_view.append(_pn().Row(*[_pn().widgets.FileDownload(
+            callback=lambda kind=kind: export_table(runs_table.current_view, kind), filename=f"runs.{kind}",
+            label=f"export the runs shown as {kind.upper()}", button_type="light", width=240, embed=False)
+            for kind in EXPORT_KINDS]))
     if run_select is not None:
         def pick(event: Any) -> None:  # selecting a run in the runs table opens it in the drill-down
             if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.values:
