@@ -119,6 +119,14 @@ def test_training_curves_have_whole_steps_on_their_axis():
     curves = pd.DataFrame({"run_id": ["r", "r"], "metric": ["reward_mean"] * 2, "step": [1, 2], "value": [0.1, 0.2]})
     fig = dash.curves_figure(curves, ["reward_mean"])
     assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"
+    # notebook 04's grid of curves (widgets.training), every panel's axis
+    from widgets.training import training_curves
+
+    grid = training_curves([{"step": 1, "reward_mean": 0.1}, {"step": 2, "reward_mean": 0.2, "eval_cem": 0.3}])
+    axes = [grid.layout[k] for k in grid.layout if k.startswith("xaxis")]
+    assert len(axes) == 4 and all(a.tickformat == "d" and a.dtick == 1 for a in axes)
+    long = training_curves([{"step": s, "reward_mean": 0.1} for s in range(1, 41)])
+    assert long.layout.xaxis.tickformat == "d" and long.layout.xaxis.dtick is None  # 40 steps: plotly spaces them
 
 
 def test_the_runs_table_counts_training_steps_not_eval_rows(tmp_path):

@@ -58,3 +58,19 @@ def test_with_no_run_that_has_it_the_newest_says_so(tmp_path, monkeypatch, capsy
     assert "no run under" in capsys.readouterr().out
     with pytest.raises(ValueError, match="one of groups, kg"):
         pick_run(needs="nonsense")
+
+
+def test_the_playground_and_kg_explorer_notebooks_ask_for_what_they_show():
+    """Notebooks 02 and 03 pick their default run by what they draw (groups, KG searches), not merely the newest:
+    the call in each notebook's code names its ``needs``."""
+    import json
+    import re
+
+    from workbench.apps.notebooks import NEEDS, notebooks_dir
+
+    for name, need in (("02_reward_playground", "groups"), ("03_kg_explorer", "kg")):
+        nb = json.loads((notebooks_dir() / f"{name}.ipynb").read_text(encoding="utf-8"))
+        code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        calls = re.findall(r"pick_run\(([^)]*)\)", code)
+        assert calls and all(f'needs="{need}"' in c for c in calls), (name, calls)
+        assert need in NEEDS

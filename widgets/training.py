@@ -43,7 +43,9 @@ def training_curves(rows: Sequence[dict[str, Any]], title: str = "") -> go.Figur
             if xs and len(sd) == len(ys):
                 fig.add_scatter(x=xs + xs[::-1], y=[a + b for a, b in zip(ys, sd)] + [a - b for a, b in zip(ys, sd)][::-1],
                                 fill="toself", line={"width": 0}, opacity=0.2, name="± std", row=row, col=col)
-    fig.update_xaxes(title_text="step")
+    steps = {r.get("step") for r in rows}
+    # steps are whole numbers: no 1.5 on the axis of a 2-step run (a tick a step while they fit)
+    fig.update_xaxes(title_text="step", tickformat="d", dtick=1 if len(steps) <= 12 else None)
     fig.update_layout(height=600, title=title or "Training curves")
     return fig
 
