@@ -144,6 +144,8 @@ def test_demo_writes_a_run_and_executes_the_notebook(demo_run):
     assert len(run.trajectories()) == 2 * group * 4  # 2 questions x the group x 4 methods
     assert metrics["notebooks"]["01_trajectory_inspector"]["status"] == "ok" and (run.path / "dashboard.html").exists()
     assert "one file that opens offline" in printed
+    # the demo keeps its own turn budget for the shipped adapter and says so, naming no flag the user did not pass
+    assert "--override-adapter" not in printed and "kept by the demo's turn budget" in printed
     nb_dir = run.path / "notebooks" / "01_trajectory_inspector"
     nb_metrics = json.loads((nb_dir / "metrics.json").read_text())
     assert nb_metrics["n_trajectories"] == 2 * group * 4
