@@ -9,6 +9,7 @@ not. ``direct`` answers "Ada Quist" (right on f1 and f2); ``search_r1`` searches
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,42 @@ def test_an_address_gives_only_well_formed_filters():
     assert encode(state, dash.DRILL_DEFAULTS) == f"tab=3&run={RUN}&correct=wrong&hops=2&evidence=some"
     assert parse_filters(dict(p.split("=") for p in encode(state, dash.DRILL_DEFAULTS).split("&")), kinds) == {
         "correct": "wrong", "hops": [2], "evidence": "some"}
+
+
+def test_a_click_on_a_runs_row_keeps_the_filters_and_the_highlight_follows_in_chromium(filter_root, tmp_path):
+    """In the page, as a reader does it: a filter set in the Trajectories tab, then a click on another run's row in
+    the Runs table opens that run with the filter kept (the count line names it), the clicked row stays highlighted,
+    and "clear filters" shows every trajectory again."""
+    import shutil
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    other = "20261124-110000-eval-filters-again"
+    for r in (RUN, other):
+        shutil.copytree(filter_root / RUN, root / r)
+    with _served_page(root) as page:
+        page.wait_for_selector(".tabulator-row", timeout=60_000)
+        page.locator(".bk-tab", has_text="Trajectories").click()
+        page.locator(".wb-drill-count").wait_for(timeout=30_000)
+        page.get_by_role("button", name="wrong", exact=True).click()
+        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+        drill = page.locator(".wb-drill-run select").first  # the drill-down's run picker
+        opened = drill.input_value()
+        assert opened in (RUN, other)
+        target = RUN if opened == other else other
+        row = page.locator(".tabulator-row", has_text=target).first  # the run's row in the Runs table
+        row.locator(".tabulator-cell[tabulator-field='kind']").click()
+        deadline = time.time() + 30
+        while drill.input_value() != target and time.time() < deadline:
+            page.wait_for_timeout(100)
+        assert drill.input_value() == target, "the click did not open the run"
+        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)  # the filter kept on the run opened
+        assert "answer wrong (cover-EM)" in page.locator(".wb-drill-count").inner_text()
+        assert page.locator(".tabulator-row.tabulator-selected", has_text=target).count() == 1
+        page.get_by_role("button", name="clear filters").click()
+        count = page.locator(".wb-drill-count")
+        deadline = time.time() + 30
+        while "of 8" in count.inner_text() and time.time() < deadline:
+            page.wait_for_timeout(100)
+        assert count.inner_text().startswith("8 trajectories"), count.inner_text()
+        page.screenshot(path=str(tmp_path / "runs-click.png"), full_page=True)
