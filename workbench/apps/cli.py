@@ -424,24 +424,11 @@ def _json_arg(text: str):
         raise argparse.ArgumentTypeError(f"expected JSON (e.g. '{{\"key\": 1}}' or '[\"a\"]'), got {text!r}: {e}") from e
 
 
-REWARD_FIELDS = ("reward", "reward_params", "reward_weights")
-"""What ``--reward-config FILE`` may set: the reward and nothing else."""
-
-
 def reward_config_fields(path: str | os.PathLike) -> dict[str, Any]:
-    """The reward fields of a TrainConfig file (``rewards:`` section or top level), refusing any other field in one
-    line that names it and where it goes."""
-    from workbench.rl.train_config import read_config_file
+    """The reward fields of a ``--reward-config`` file (:func:`workbench.methods.assemble.reward_config_fields`)."""
+    from workbench.methods.assemble import reward_config_fields
 
-    data = read_config_file(path)
-    other = sorted(k for k in data if k not in REWARD_FIELDS)
-    if other:
-        raise ValueError(f"--reward-config {path} sets {', '.join(other)}: it carries the reward only "
-                         f"({', '.join(REWARD_FIELDS)}); give the rest in --config FILE or as flags")
-    if not data:
-        raise ValueError(f"--reward-config {path} sets no reward field: give {', '.join(REWARD_FIELDS)} "
-                         "(the reward playground's 'save reward config' writes such a file)")
-    return data
+    return reward_config_fields(path)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -454,14 +441,13 @@ def train_command(args: argparse.Namespace) -> int:
     apply_threads(args.threads)
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    if args.reward_config:
-        given = {**reward_config_fields(args.reward_config), **given}
     if args.resume:
+        if args.reward_config:
+            given = {**methods.reward_config_fields(args.reward_config), **given}
         trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:  # a `method:` key in the file, or --method, starts from that method's declaration
-        over = {"override_adapter": args.override_adapter}
-        cfg = (methods.train_config_file(args.config, **over, **given) if args.config
-               else methods.train_config(**over, **given))
+        cfg = methods.assemble(config_file=args.config, reward_file=args.reward_config, flags=given,
+                               override_adapter=args.override_adapter)
         trainer = methods.trainer(cfg, run=args.out, progress=not args.no_progress)
     if trainer.rank == 0:
         print(f"training {trainer.config.preset} / {trainer.config.reward} / {trainer.config.protocol} on "
@@ -663,9 +649,8 @@ def sft_command(args: argparse.Namespace) -> int:
     if args.resume:
         trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:
-        over = {"override_adapter": args.override_adapter}
-        cfg = (methods.train_config_file(args.config, SFTConfig, **over, **given) if args.config
-               else methods.train_config(config_class=SFTConfig, **over, **given))
+        cfg = methods.assemble(config_file=args.config, flags=given, config_class=SFTConfig,
+                               override_adapter=args.override_adapter)
         kw = {}
         extra = benchmark_examples(cfg.traces)  # traces of a benchmark file's questions: train on those too
         if extra:
