@@ -647,10 +647,12 @@ def sft_command(args: argparse.Namespace) -> int:
     apply_threads(args.threads)  # --threads comes with the train flags
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(SFTConfig) if getattr(args, f.name) is not None}
     if args.resume:
+        if args.reward_config:  # the reward of rejection samples, as train takes it
+            given = {**methods.reward_config_fields(args.reward_config), **given}
         trainer = methods.resume(args.resume, progress=not args.no_progress, **given)
     else:
-        cfg = methods.assemble(config_file=args.config, flags=given, config_class=SFTConfig,
-                               override_adapter=args.override_adapter)
+        cfg = methods.assemble(config_file=args.config, reward_file=args.reward_config, flags=given,
+                               config_class=SFTConfig, override_adapter=args.override_adapter)
         kw = {}
         extra = benchmark_examples(cfg.traces)  # traces of a benchmark file's questions: train on those too
         if extra:
