@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VERIFIERS_VENV = Path(os.environ.get("WORKBENCH_VERIFIERS_VENV", ROOT / ".venv-verifiers"))
+# absolute: `make test` passes the Makefile's relative `.venv-verifiers`, and the tests run it from other folders
+VERIFIERS_VENV = ROOT / os.environ.get("WORKBENCH_VERIFIERS_VENV", ".venv-verifiers")
 VERIFIERS_PYTHON = VERIFIERS_VENV / "bin" / "python"
 VF_EVAL = VERIFIERS_VENV / "bin" / "vf-eval"
 STAMP = VERIFIERS_VENV / ".workbench-verifiers-setup"
