@@ -83,6 +83,10 @@ def test_import_refuses_what_is_not_a_verifiers_run_in_one_line(tmp_path, capsys
         assert err.startswith("workbench import: error:") and "\n" not in err and says in err, err
     assert main(["import", "verifiers", str(tmp_path / "run"), "--method", "search_r1", "--out", str(tmp_path / "r")]) == 2
     assert "carries no workbench example" in capsys.readouterr().err
+    (tmp_path / "run" / "traces.jsonl").write_text('{"traces": [{"task": {"data": {"example": {"q": 1}}}}]}\n')
+    assert main(["import", "verifiers", str(tmp_path / "run"), "--method", "search_r1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a workbench example" in err and "\n" not in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()
 
 

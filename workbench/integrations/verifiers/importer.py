@@ -138,7 +138,11 @@ def import_verifiers(dir: str | Path, *, method: str | None = None, corpus: str 
                 if not isinstance(data.get("example"), dict):
                     raise ValueError(f"{where}: its task carries no workbench example (task.data.example): not a trace "
                                      "of an environment `workbench export verifiers` wrote")
-                ex = Example.from_dict(data["example"])
+                try:
+                    ex = Example.from_dict(data["example"])
+                except (KeyError, TypeError, ValueError) as err:  # a hand-edited or foreign file
+                    raise ValueError(f"{where}: its task.data.example is not a workbench example "
+                                     f"({type(err).__name__}: {err}); export and evaluate again") from None
                 try:
                     msgs = branch_messages(tr)
                 except ValueError as err:
