@@ -469,37 +469,30 @@ def create_app(srv: CompletionServer) -> ASGIApp:
     async def health() -> Any:
         return json_response(200, {"status": "ok", **srv.batcher.stats})
 
-    @app.post("/v1/completions")
-    @app.post("/completions")
-    async def completions(request: Request) -> Any:
+    async def serve(request: Request, prepare: Any, render: Any, what: str) -> Any:
+        """One completions request: checked and encoded by ``prepare``, batched, answered by ``render``."""
         try:
-            job = await run_in_threadpool(_prepare, srv, _read_json(await request.body()))
+            job = await run_in_threadpool(prepare, srv, _read_json(await request.body()))
             try:
                 gens = await asyncio.wrap_future(srv.batcher.enqueue(job.prompts, job.params, job.limits, job.adapter))
             except AdapterError as e:  # unloaded between the check and the batch
                 raise BadRequest(str(e), e.status) from None
-            return json_response(200, await run_in_threadpool(_render, srv, job, gens))
+            return json_response(200, await run_in_threadpool(render, srv, job, gens))
         except BadRequest as e:
             return _error(e.status, str(e), "invalid_request_error" if e.status < 500 else "server_error")
         except Exception as e:  # a backend failure: the client may retry
-            log.exception("completion failed")
+            log.exception("%s failed", what)
             return _error(500, f"{type(e).__name__}: {e}", "server_error")
+
+    @app.post("/v1/completions")
+    @app.post("/completions")
+    async def completions(request: Request) -> Any:
+        return await serve(request, _prepare, _render, "completion")
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        try:
-            job = await run_in_threadpool(_prepare_chat, srv, _read_json(await request.body()))
-            try:
-                gens = await asyncio.wrap_future(srv.batcher.enqueue(job.prompts, job.params, job.limits, job.adapter))
-            except AdapterError as e:
-                raise BadRequest(str(e), e.status) from None
-            return json_response(200, await run_in_threadpool(_render_chat, srv, job, gens))
-        except BadRequest as e:
-            return _error(e.status, str(e), "invalid_request_error" if e.status < 500 else "server_error")
-        except Exception as e:  # a backend failure: the client may retry
-            log.exception("chat completion failed")
-            return _error(500, f"{type(e).__name__}: {e}", "server_error")
+        return await serve(request, _prepare_chat, _render_chat, "chat completion")
 
     def lora_route(load: bool) -> Any:
         """vLLM's runtime LoRA endpoints; like vLLM, success is a plain-text 200."""
