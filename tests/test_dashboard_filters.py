@@ -155,6 +155,15 @@ def test_filters_in_the_served_page_in_chromium(filter_root, tmp_path):
         page.screenshot(path=str(tmp_path / "filters.png"), full_page=True)
 
 
+def _trajectories_tab_wrong_only(page) -> None:
+    """In the served page: the Trajectories tab opened and its answers filtered to the wrong ones (4 of the 8)."""
+    page.wait_for_selector(".tabulator-row", timeout=60_000)
+    page.locator(".bk-tab", has_text="Trajectories").click()
+    page.locator(".wb-drill-count").wait_for(timeout=30_000)
+    page.get_by_role("button", name="wrong", exact=True).click()
+    page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+
+
 def test_the_filtered_rows_export_and_the_address_reopens_the_view(filter_root, tmp_path):
     """In Chromium, one page: "wrong" set, the export buttons hand over every row that passes (all pages), as CSV and
     as Parquet, which pandas reads back with the same rows; the address then holds the tab, the run and the filter,
@@ -162,11 +171,7 @@ def test_the_filtered_rows_export_and_the_address_reopens_the_view(filter_root, 
     import pandas as pd
 
     with _served_page(filter_root) as page:
-        page.wait_for_selector(".tabulator-row", timeout=60_000)
-        page.locator(".bk-tab", has_text="Trajectories").click()
-        page.locator(".wb-drill-count").wait_for(timeout=30_000)
-        page.get_by_role("button", name="wrong", exact=True).click()
-        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+        _trajectories_tab_wrong_only(page)
         got = {}
         for kind in ("csv", "parquet"):
             with page.expect_download(timeout=30_000) as dl:
@@ -290,11 +295,7 @@ def test_a_click_on_a_runs_row_keeps_the_filters_and_the_highlight_follows_in_ch
     for r in (RUN, other):
         shutil.copytree(filter_root / RUN, root / r)
     with _served_page(root) as page:
-        page.wait_for_selector(".tabulator-row", timeout=60_000)
-        page.locator(".bk-tab", has_text="Trajectories").click()
-        page.locator(".wb-drill-count").wait_for(timeout=30_000)
-        page.get_by_role("button", name="wrong", exact=True).click()
-        page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)
+        _trajectories_tab_wrong_only(page)
         drill = page.locator(".wb-drill-run select").first  # the drill-down's run picker
         opened = drill.input_value()
         assert opened in (RUN, other)
