@@ -330,3 +330,30 @@ def test_on_vllms_cpu_build_the_kv_cache_is_sized_not_half_the_ram(vllm_mod, tmp
     assert built(kv_cache_memory_bytes=123)["kv_cache_memory_bytes"] == 123  # the caller's size is kept
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # vLLM's own switch (GiB) is left to vLLM
     assert "kv_cache_memory_bytes" not in built()
+
+
+def test_auto_dtype_is_bf16_only_where_it_runs_natively(vllm_mod, tmp_path, monkeypatch):
+    """``dtype="auto"``: bf16 on a GPU build; on vLLM's CPU build bf16 only where oneDNN runs it natively, else fp32
+    (vLLM-CPU's emulated bf16 was 2-6x slower than its fp32 on an AVX2-only EPYC). Each CPU path is asked for by
+    name: ``WORKBENCH_CPU=avx2`` stands for a CPU without native bf16, the stubbed check for one with it."""
+    from workbench.rollout.backends import quant
+    from workbench.rollout.backends import vllm as vb
+
+    def built(**kw):
+        b = VLLMBackend(str(tmp_path), tokenizer=CharTok(), **kw)
+        return vllm_mod.LLM.instances[-1].kwargs["dtype"], b.dtype_why
+
+    assert built() == ("bfloat16", "auto: a GPU")
+    vllm_mod.platforms.current_platform.cpu = True
+    monkeypatch.setattr(quant, "_onednn_bf16", lambda: True)
+    monkeypatch.setenv("WORKBENCH_CPU", "native")
+    dtype, why = built()
+    assert dtype == "bfloat16" and "natively" in why
+    monkeypatch.setenv("WORKBENCH_CPU", "portable")  # a lesser CPU than the host: no native bf16
+    dtype, why = built()
+    assert dtype == "float32" and "no native bf16" in why
+    monkeypatch.setattr(quant, "_onednn_bf16", lambda: False)
+    monkeypatch.setenv("WORKBENCH_CPU", "native")
+    assert built()[0] == "float32"
+    assert built(dtype="bfloat16") == ("bfloat16", "asked for")  # an explicit dtype is vLLM's own
+    assert vb.choose_dtype("half", on_cpu=True) == ("half", "asked for")

