@@ -327,6 +327,8 @@ def test_on_vllms_cpu_build_the_kv_cache_is_sized_not_half_the_ram(vllm_mod, tmp
     assert "kv_cache_memory_bytes" not in built()  # a CUDA build: gpu_memory_utilization decides
     vllm_mod.platforms.current_platform.cpu = True
     assert built()["kv_cache_memory_bytes"] == vb.CPU_KV_CACHE_BYTES == 2 << 30
+    assert built()["distributed_executor_backend"] == "uni"  # one CPU worker, in the engine's process
+    assert built(distributed_executor_backend="mp")["distributed_executor_backend"] == "mp"
     assert built(kv_cache_memory_bytes=123)["kv_cache_memory_bytes"] == 123  # the caller's size is kept
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # vLLM's own switch (GiB) is left to vLLM
     assert "kv_cache_memory_bytes" not in built()

@@ -54,9 +54,7 @@ def run(out_path: str, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
     examples = world.split("train")[:N_QUESTIONS]
     t0 = time.perf_counter()
     backend = VLLMBackend(dtype="float32", enable_lora=True, max_lora_rank=16, enforce_eager=True,
-                          max_model_len=2048, seed=0,
-                          # the worker in the engine's own process: one interpreter fewer to start (52 -> 42 s here)
-                          distributed_executor_backend="uni")
+                          max_model_len=2048, seed=0)  # on a CPU its worker runs in the engine's process ("uni")
     result: dict = {"vllm": vllm.__version__, "load_s": time.perf_counter() - t0, "cases": {}, "seconds": {},
                     "protocol_kwargs": PROTOCOL_KWARGS, "max_turns": MAX_TURNS,
                     "max_new_tokens": max_new_tokens, "examples": [e.id for e in examples]}

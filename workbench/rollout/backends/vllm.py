@@ -172,6 +172,8 @@ class VLLMBackend(Backend):
             # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM (half of it by default),
             # which beside the trainer in the same memory gets the engine's worker killed for memory
             kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        if _on_cpu():  # one CPU worker: run it in the engine's own process, one interpreter fewer to start (~10 s)
+            kwargs.setdefault("distributed_executor_backend", "uni")
         self.sleep_mode = bool(sleep_mode)
         self.asleep = False
         """True between ``clear_cache()`` (sleep) and the next ``generate`` (wake-up)."""
