@@ -128,6 +128,52 @@ def test_layout_is_deterministic(world, kg):
     assert network_layout(nb, seed=1) != a
 
 
+def _reached(nb) -> set[str]:
+    """The nodes joined to the centre over the drawn edges."""
+    adj: dict[str, set[str]] = {}
+    for t in nb.edges:
+        adj.setdefault(t.head_id, set()).add(t.tail_id)
+        adj.setdefault(t.tail_id, set()).add(t.head_id)
+    seen, todo = {nb.center}, [nb.center]
+    while todo:
+        for m in adj.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def test_a_comparisons_second_gold_path_is_drawn_beside_the_neighbourhood(world, kg):
+    """A comparison question's two gold paths start at its two anchors; centred on the first with one hop, the second
+    path is a part of the drawing joined to nothing drawn. It sits beside the neighbourhood, its far end within 2.5
+    times the neighbourhood's reach from the centre (a tied node at an edge's length, the path's next one past it),
+    not pushed off by the layout's repulsion (it was at ten times the reach: 5.2-6.1 against 0.5-1.1)."""
+    import math
+
+    found = None
+    for ex in world.split("dev") + world.split("test"):
+        anchors = ex.meta.get("anchors", [])
+        if ex.qtype != "comparison" or len(anchors) < 2:
+            continue
+        nb = neighbourhood(kg, anchors[0], 1, include=TripleSet(gold_triples(ex)))
+        island = set(nb.nodes) - _reached(nb)
+        if island:
+            found = (ex, nb, island)
+            break
+    assert found, "the world has a comparison question whose anchors are more than a hop apart"
+    ex, nb, island = found
+    assert ex.meta["anchors"][1] in island
+    for seed in (0, 1, 2):
+        pos = network_layout(nb, seed=seed)
+        reach = max(math.dist(pos[n], (0.0, 0.0)) for n in set(nb.nodes) - island)
+        far = max(math.dist(pos[n], (0.0, 0.0)) for n in island)
+        assert far <= 2.5 * reach, (seed, far, reach)
+    exp = kg_explorer(world, question=ex.id, hops=1).explorer  # the explorer draws it the same way
+    assert set(exp.neighbourhood.nodes) >= island
+    drawn = len(exp.fig.data[0].x) + len(exp.fig.data[2].x)  # the grey edges and the gold ones, (x0, x1, None) each
+    assert drawn == 3 * len(exp.neighbourhood.edges)  # the tie is not drawn as an edge
+
+
 def test_gold_path_edges_are_highlighted(world):
     ex = next(e for e in world.split("dev") if len(e.kg_path) == 3 and
               e.kg_path[-1]["tail_id"] not in bfs(world, e.meta["anchors"][0], 1))

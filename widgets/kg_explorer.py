@@ -82,7 +82,11 @@ def find_entity(kg: KnowledgeGraph, text: str) -> list[EntityMatch]:
 
 
 def network_layout(nb: Neighbourhood, seed: int = 0, iterations: int = 100) -> dict[str, tuple[float, float]]:
-    """Node positions: networkx's spring layout, seeded, the centre pinned at the origin (deterministic)."""
+    """Node positions: networkx's spring layout, seeded, the centre pinned at the origin (deterministic).
+
+    A part of the drawing not joined to the centre (the second gold path of a comparison question, which starts at
+    its other anchor) is tied to the centre by an edge the layout pulls on and the figure does not draw, from its
+    best-connected node: else the layout's repulsion pushes it away from the neighbourhood, off the axes' scale."""
     import networkx as nx
 
     g = nx.Graph()
@@ -90,6 +94,10 @@ def network_layout(nb: Neighbourhood, seed: int = 0, iterations: int = 100) -> d
     g.add_edges_from((t.head_id, t.tail_id) for t in nb.edges if t.head_id != t.tail_id)
     if len(nb.nodes) == 1:
         return {nb.center: (0.0, 0.0)}
+    order = {n: i for i, n in enumerate(nb.nodes)}
+    for part in list(nx.connected_components(g)):
+        if nb.center not in part:
+            g.add_edge(nb.center, min(part, key=lambda n: (-g.degree(n), order[n])))
     pos = nx.spring_layout(g, seed=seed, iterations=iterations, pos={nb.center: (0.0, 0.0)}, fixed=[nb.center])
     return {n: (float(p[0]), float(p[1])) for n, p in pos.items()}
 
