@@ -693,3 +693,41 @@ def test_two_comparisons_never_share_a_row():
     assert {"deep recipe: deep SFT vs deep SFT + RL (deep_outline/sft_vs_rl)",
             "deep recipe: deep SFT vs deep SFT + RL (deep_recipe/sft_vs_rl)"} <= labels
     assert q.unique_labels(["a", "a", "b"], ["x/1/c.json", "y/1/c.json", "z/c.json"]) == ["a (x/1)", "a (y/1)", "b"]
+
+
+def test_every_served_breakdown_and_the_pairs_export_as_csv_and_parquet(runs_root):
+    """The Compare tab's method table and question-by-question pairs, the Breakdowns tab's per-hop and per-protocol
+    tables: each has CSV and Parquet buttons whose files hold the table's rows (the pairs: the category picked, each
+    side named); the static page has none (no server to hand a file)."""
+    import io
+
+    import pandas as pd
+    import panel as pn
+
+
+    page = dash.build_app(runs_root)
+    files = {d.filename: d for d in page.select(pn.widgets.FileDownload)}
+
+    def read(name: str) -> pd.DataFrame:
+        got = files[name].callback()
+        return pd.read_csv(got) if name.endswith(".csv") else pd.read_parquet(io.BytesIO(got.read()))
+
+    stems = ["per-method", "compare-pairs", "per-protocol"] + (["per-hop"] if not q.hop_breakdown(runs_root).empty else [])
+    for stem in stems:
+        csv, parquet = read(f"{stem}.csv"), read(f"{stem}.parquet")
+        assert len(csv) == len(parquet) > 0 and list(csv.columns) == list(parquet.columns), stem
+    methods = read("per-method.parquet")
+    want = q.method_metrics(runs_root)
+    assert sorted(zip(methods["run_id"], methods["method"])) == sorted(zip(want["run_id"], want["method"]))
+    assert len(read("per-protocol.csv")) == len(q.protocol_breakdown(runs_root))
+    pairs = read("compare-pairs.parquet")
+    (category,) = [w for w in page.select(pn.widgets.RadioButtonGroup) if "all" in w.options and "fixed" in w.options]
+    (left,) = [w for w in page.select(pn.widgets.Select) if w.label == "left"]
+    assert {"question", "gold", "left_run", "left_method", "right_run", "right_method"} <= set(pairs.columns)
+    assert f"{pairs.loc[0, 'left_run']} · {pairs.loc[0, 'left_method']}" in left.value
+    for cat in category.options[1:]:
+        category.value = cat
+        shown = read("compare-pairs.csv")
+        assert len(shown) == int((pairs["category"] == cat).sum()) and set(shown["category"]) <= {cat}
+    static = dash.build_app(runs_root, static=True)
+    assert not static.select(pn.widgets.FileDownload)

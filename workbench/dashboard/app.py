@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import io
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ import pandas as pd
 from workbench.dashboard import compare_tab, origins
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
+from workbench.dashboard.exports import EXPORT_KINDS, download_buttons, export_table  # noqa: F401 - re-exported
 from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
     compare_figure,
     comparison_figure,
@@ -228,7 +228,8 @@ def _compare_section(runs_dir: Path, static: bool = False, problems: list[str] |
     table = _table(df, means=True)
     table.style.map(_amber_unless_complete, subset=["status"])
     return pn.Column(*_left_out(df), *_unfinished_note(df), _plot(compare_figure(df, metrics, questions=questions)),
-                     _plot(compare_figure(df, metrics, by="dataset", questions=questions)), table, comparisons,
+                     _plot(compare_figure(df, metrics, by="dataset", questions=questions)), table,
+                     *_exports(lambda: df, "per-method", static), comparisons,
                      sizing_mode="stretch_width")
 
 
@@ -281,7 +282,8 @@ def _comparisons_part(runs_dir: Path, static: bool):
                    widths={"comparison": "24%", "metric": "6%", "hops": "4%", "n": "4%", "A": "11%", "A mean": "5%",
                            "A 95%": "7%", "B": "11%", "B mean": "5%", "B 95%": "7%", "B − A": "5%",
                            "B − A 95%": "7%", "seeds": "4%"})  # 100% of the page: nothing scrolls sideways
-    return pn.Column(*parts, table, sizing_mode="stretch_width")
+    return pn.Column(*parts, table, *_exports(lambda: comparison_rows(df), "paired-comparisons", static),
+                     sizing_mode="stretch_width")
 
 
 def _unfinished_note(df: pd.DataFrame) -> list[Any]:
@@ -342,7 +344,12 @@ def _reports_part(runs_dir: Path) -> list[Any]:
     return [_pn().pane.HTML("".join(parts), sizing_mode="stretch_width")] if parts else []
 
 
-def _breakdown_section(runs_dir: Path):
+def _exports(rows: Callable[[], pd.DataFrame], stem: str, static: bool) -> list[Any]:
+    """A served table's CSV / Parquet buttons (none in a static page, which has no server to hand the file)."""
+    return [] if static else [_pn().Row(*download_buttons(rows, stem, "export this table as", width=220))]
+
+
+def _breakdown_section(runs_dir: Path, static: bool = False):
     pn = _pn()
     hops, protocols = q.hop_breakdown(runs_dir), q.protocol_breakdown(runs_dir)
     parts: list[Any] = [*_left_out(hops, protocols), pn.pane.Markdown("### Per hop count")]
@@ -350,12 +357,14 @@ def _breakdown_section(runs_dir: Path):
         parts.append(pn.pane.Alert("No trajectories with a hop count.", alert_type="info"))
     else:
         metrics = [m for m in ("f1", "em", "cem", "n_searches") if hops[m].notna().any()]
-        parts += [_plot(hops_figure(hops, metrics, questions=q.question_metrics(runs_dir))), _table(hops, means=True)]
+        parts += [_plot(hops_figure(hops, metrics, questions=q.question_metrics(runs_dir))), _table(hops, means=True),
+                  *_exports(lambda: hops, "per-hop", static)]
     parts.append(pn.pane.Markdown("### Per protocol and method"))
     if protocols.empty:
         parts.append(pn.pane.Alert("No trajectories.", alert_type="info"))
     else:
-        parts += [_plot(protocol_figure(protocols)), _table(protocols, means=True)]
+        parts += [_plot(protocol_figure(protocols)), _table(protocols, means=True),
+                  *_exports(lambda: protocols, "per-protocol", static)]
     return pn.Column(*parts, sizing_mode="stretch_width")
 
 
@@ -474,9 +483,7 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
         prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
         count = pn.pane.HTML(sizing_mode="stretch_width")
         info = pn.pane.Markdown(sizing_mode="stretch_width")
-        downloads = [pn.widgets.FileDownload(callback=lambda kind=kind: export_rows(kind), filename=f"{run_id}-trajectories.{kind}",
-                                             label=f"export {kind.upper()}", button_type="light", width=130,
-                                             embed=False) for kind in EXPORT_KINDS]
+        downloads = download_buttons(lambda: export_rows(), f"{run_id}-trajectories")
         state = {"filters": q.TrajectoryFilter(), "n": total, "pages": 1,
                  "df": fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)}
         table = _trajectory_table(state["df"], pagination=None)
@@ -527,10 +534,9 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
             except Exception as e:  # noqa: BLE001 - shown in place of the transcript
                 transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
 
-        def export_rows(kind: str) -> io.BytesIO:
-            """Every row that passes the filters (not only this page), as the file ``kind`` names."""
-            df = fq.run_trajectory_table(runs_dir, run_id, failures=failures, filters=state["filters"])
-            return export_table(df, kind)
+        def export_rows() -> pd.DataFrame:
+            """Every row that passes the filters (not only this page)."""
+            return fq.run_trajectory_table(runs_dir, run_id, failures=failures, filters=state["filters"])
 
         def clear_filters(_: Any = None) -> None:  # every filter back to its default, then one count
             state["clearing"] = True
@@ -565,23 +571,6 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
 
     body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
     return run_select, pn.Column(run_select, transcript, pn.panel(body), sizing_mode="stretch_width")
-
-
-#: The files a filtered table exports to: CSV (a spreadsheet) and Parquet (pandas, DuckDB, polars).
-EXPORT_KINDS = ("csv", "parquet")
-
-
-def export_table(df: pd.DataFrame, kind: str) -> io.BytesIO:
-    """``df`` as a CSV or Parquet file in memory (what a download button hands the browser)."""
-    buf = io.BytesIO()
-    if kind == "csv":
-        buf.write(df.to_csv(index=False).encode("utf-8"))
-    elif kind == "parquet":
-        df.to_parquet(buf, index=False)
-    else:
-        raise ValueError(f"export kind {kind!r} is not one of {EXPORT_KINDS}")
-    buf.seek(0)
-    return buf
 
 
 def _card_part(runs_dir: Path, run_id: str):
@@ -714,7 +703,7 @@ def _run_views(root: Path, static: bool, problems: list[str] | None,
     sections = [
         ("Compare", _safe("metric comparison", lambda: _compare_section(root, static, problems), problems)),
         ("Training", _safe("training curves", lambda: _training_section(root, static), problems)),
-        ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root), problems)),
+        ("Breakdowns", _safe("breakdowns", lambda: _breakdown_section(root, static), problems)),
         ("Trajectories", drill),
         ("Question by question", _safe("question-by-question comparison", lambda: _compare_questions(root, static), problems)),
     ]
@@ -729,10 +718,8 @@ def _run_views(root: Path, static: bool, problems: list[str] | None,
 
         runs_view.append(_safe("organise", lambda: organise_part(root, runs, runs_table), problems))
         # the rows the runs table shows now (a tag filter, a column filter applied), as a file
-        runs_view.append(_pn().Row(*[_pn().widgets.FileDownload(
-            callback=lambda kind=kind: export_table(runs_table.current_view, kind), filename=f"runs.{kind}",
-            label=f"export the runs shown as {kind.upper()}", button_type="light", width=240, embed=False)
-            for kind in EXPORT_KINDS]))
+        runs_view.append(_pn().Row(*download_buttons(lambda: runs_table.current_view, "runs",
+                                                     "export the runs shown as", width=240)))
     if run_select is not None:
         def pick(event: Any) -> None:  # selecting a run in the runs table opens it in the drill-down
             if event.new and runs.iloc[event.new[0]]["run_id"] in run_select.values:

@@ -220,4 +220,13 @@ def compare_section(runs_dir: str | os.PathLike, methods: pd.DataFrame, table: A
     category.param.watch(refilter, "value")
     grid.param.watch(select, "selection")
     refilter()
-    return pn.Column(pn.Row(left, right), category, counts, view, grid, sizing_mode="stretch_width")
+    from workbench.dashboard.exports import download_buttons
+
+    # the pairs the table shows (the category picked), with each side's run and method named in the file
+    def export_rows() -> pd.DataFrame:
+        rows = pairs_frame(shown()).reset_index(drop=True)
+        (lr, lm), (rr, rm) = labels[left.value], labels[right.value]
+        return rows.assign(left_run=lr, left_method=lm, right_run=rr, right_method=rm)
+
+    exports = pn.Row(*download_buttons(export_rows, "compare-pairs", "export these pairs as", width=220))
+    return pn.Column(pn.Row(left, right), category, counts, view, grid, exports, sizing_mode="stretch_width")
