@@ -301,10 +301,15 @@ def test_a_click_on_a_runs_row_keeps_the_filters_and_the_highlight_follows_in_ch
         assert opened in (RUN, other)
         target = RUN if opened == other else other
         row = page.locator(".tabulator-row", has_text=target).first  # the run's row in the Runs table
-        row.locator(".tabulator-cell[tabulator-field='kind']").click()
-        deadline = time.time() + 30
-        while drill.input_value() != target and time.time() < deadline:
-            page.wait_for_timeout(100)
+        # a click that lands while the page is still redrawing the filtered table can be lost on a busy machine (seen
+        # once in a full `make test`): clicked again after 10 s, up to three times; one of them must open the run
+        for _ in range(3):
+            row.locator(".tabulator-cell[tabulator-field='kind']").click()
+            deadline = time.time() + 10
+            while drill.input_value() != target and time.time() < deadline:
+                page.wait_for_timeout(100)
+            if drill.input_value() == target:
+                break
         assert drill.input_value() == target, "the click did not open the run"
         page.get_by_text("4 of 8 trajectories").wait_for(timeout=30_000)  # the filter kept on the run opened
         assert "answer wrong (cover-EM)" in page.locator(".wb-drill-count").inner_text()

@@ -163,6 +163,34 @@ def test_02_playground_figures_draw_after_run_all_and_after_a_reload(lab):
         _bars_drawn(pg, figures, "after a reload")
 
 
+def test_02_the_weights_set_in_the_page_reach_training_in_one_click(lab):
+    """In JupyterLab, as a reader does it: Run All, a weight moved (its slider's kernel side), the command line shown
+    under the sliders follows it, and a click on *save reward config* writes the file the page then names, which
+    ``workbench train --reward-config`` reads back as the same reward."""
+    from workbench.apps import cli
+
+    url, run = lab
+    path = run.path / "notebooks" / "02_reward_playground" / "reward_config.yaml"
+    path.unlink(missing_ok=True)
+    with _notebook(url, "02_reward_playground") as pg:
+        _run_all(pg)
+        pg.evaluate("(code) => jupyterapp.shell.currentWidget.sessionContext.session.kernel.requestExecute({code}).done",
+                    "playground.weight_sliders['r_ans'].value = 1.0")
+        shown = pg.get_by_text("train with this reward:").first
+        shown.wait_for(timeout=60_000)
+        for _ in range(100):  # the command follows the slider once the kernel has updated
+            if '"r_ans": 1.0' in shown.inner_text():
+                break
+            pg.wait_for_timeout(100)
+        command = shown.inner_text()
+        assert '--reward-weights' in command and '"r_ans": 1.0' in command, command
+        pg.get_by_role("button", name="save reward config").click()
+        pg.get_by_text("saved:").first.wait_for(timeout=60_000)
+        assert str(path) in pg.get_by_text("saved:").first.inner_text()
+    fields = cli.reward_config_fields(path)
+    assert fields["reward"] == "dynasearcher" and fields["reward_weights"]["r_ans"] == 1.0
+
+
 def _drawn_network_labels(pg, hops: int) -> set[str]:
     """The labels drawn in the neighbourhood figure once it shows ``hops`` hops."""
     find = ("(t) => [...document.querySelectorAll('.js-plotly-plot')].find("
