@@ -110,14 +110,16 @@ def _episodes(out, package):
     return [json.loads(x) for x in lines]
 
 
+#: Each exported package named on the command line loaded in verifiers, one line of JSON each (one interpreter for
+#: all: verifiers' imports are most of its start).
 LOAD = """
-import json, sys
-import {pkg} as w
-env = w.load_environment()
-tasks = list(env.taskset)
-hooks = {{kind: {{f.__name__: getattr(f, "_vf_weight", None) for f in tasks[0].hooks(kind)}} for kind in ("reward", "metric")}}
-print(json.dumps({{"env": type(env).__name__, "harness": type(env._harnesses["agent"]).__name__,
-                  "runtime": env.config.agent.runtime.type, "ids": [t.data.id for t in tasks], **hooks}}))
+import importlib, json, sys
+for pkg in sys.argv[1:]:
+    env = importlib.import_module(pkg).load_environment()
+    tasks = list(env.taskset)
+    hooks = {kind: {f.__name__: getattr(f, "_vf_weight", None) for f in tasks[0].hooks(kind)} for kind in ("reward", "metric")}
+    print(json.dumps({"env": type(env).__name__, "harness": type(env._harnesses["agent"]).__name__,
+                      "runtime": env.config.agent.runtime.type, "ids": [t.data.id for t in tasks], **hooks}))
 """
 
 
@@ -129,12 +131,17 @@ def test_load_environment_returns_the_methods_env_in_verifiers(exported):
     from workbench.methods import get_method
 
     dev = load_world().split("dev")[:2]
-    for m in ("search_r1", "dynasearcher"):
+    loaded = ("search_r1", "dynasearcher")
+    for m in loaded:
         if m not in METHODS:
             assert main(["export", "verifiers", "--method", m, "--limit", "2", "--out", str(exported / m)]) == 0
-        proc = run_in_verifiers(VERIFIERS_PYTHON, ["-c", LOAD.format(pkg=package_name(m))], exported / m)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got = json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = run_in_verifiers(VERIFIERS_PYTHON, ["-c", LOAD, *map(package_name, loaded)], exported / loaded[0],
+                            also=tuple(exported / m for m in loaded[1:]))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == len(loaded), proc.stdout[-3000:]
+    for m, line in zip(loaded, lines):
+        got = json.loads(line)
         weights = dict(get_method(m).rubric().weights)
         assert got["env"] == "WorkbenchEnv" and got["harness"] == "WorkbenchHarness" and got["runtime"] == "subprocess"
         assert got["ids"] == [ex.id for ex in dev]

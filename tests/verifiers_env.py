@@ -36,8 +36,11 @@ def vf_eval(package: str, export_dir: Path, base_url: str, model: str, out: Path
     return subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_in_verifiers(python: Path, args: list[str], export_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``.venv-verifiers/bin/python ARGS`` with the export ``export_dir`` on the path; output captured."""
-    env = {**os.environ, "PYTHONPATH": str(export_dir), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+def run_in_verifiers(python: Path, args: list[str], export_dir: Path, timeout: float = 300,
+                     also: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """``.venv-verifiers/bin/python ARGS`` in ``export_dir``, with it (and the exports ``also``) on the path; output
+    captured."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (export_dir, *also))), "OMP_NUM_THREADS": "1",
+           "PYTHONWARNINGS": "ignore"}
     return subprocess.run([str(python), *args], cwd=export_dir, env=env, capture_output=True, text=True,
                           timeout=timeout)
