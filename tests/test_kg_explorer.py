@@ -207,17 +207,7 @@ def _label(text: str) -> str:
 
 def _connected(nb) -> bool:
     """Every drawn node is reached from the centre over the drawn edges (no island)."""
-    adj: dict[str, set[str]] = {}
-    for t in nb.edges:
-        adj.setdefault(t.head_id, set()).add(t.tail_id)
-        adj.setdefault(t.tail_id, set()).add(t.head_id)
-    seen, todo = {nb.center}, [nb.center]
-    while todo:
-        for m in adj.get(todo.pop(), ()):
-            if m not in seen:
-                seen.add(m)
-                todo.append(m)
-    return seen >= set(nb.nodes)
+    return _reached(nb) >= set(nb.nodes)
 
 
 @pytest.fixture(scope="module")
