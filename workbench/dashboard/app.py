@@ -32,7 +32,7 @@ import pandas as pd
 from workbench.dashboard import compare_tab, origins
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
-from workbench.dashboard.exports import EXPORT_KINDS, download_buttons, export_table  # noqa: F401 - re-exported
+from workbench.dashboard.exports import download_buttons, export_table  # noqa: F401 - export_table re-exported
 from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
     compare_figure,
     comparison_figure,

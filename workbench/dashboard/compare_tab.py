@@ -21,6 +21,7 @@ import pandas as pd
 
 from widgets.diff import CATEGORY_COLOURS, counts_html, diff_html, pairs_html
 from workbench.dashboard import queries as q
+from workbench.dashboard.exports import download_buttons
 from workbench.dashboard.figures import run_label
 from workbench.dashboard.intervals import pair_difference
 from workbench.eval.compare import CATEGORIES, METRIC_NAMES, pair_table, show
@@ -220,8 +221,6 @@ def compare_section(runs_dir: str | os.PathLike, methods: pd.DataFrame, table: A
     category.param.watch(refilter, "value")
     grid.param.watch(select, "selection")
     refilter()
-    from workbench.dashboard.exports import download_buttons
-
     # the pairs the table shows (the category picked), with each side's run and method named in the file
     def export_rows() -> pd.DataFrame:
         rows = pairs_frame(shown()).reset_index(drop=True)

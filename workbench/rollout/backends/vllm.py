@@ -155,7 +155,8 @@ class VLLMBackend(Backend):
         self.model_path = resolve_model_path(model)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.enable_lora = enable_lora
-        self.dtype, self.dtype_why = choose_dtype(dtype, on_cpu=_on_cpu())
+        on_cpu = _on_cpu()
+        self.dtype, self.dtype_why = choose_dtype(dtype, on_cpu=on_cpu)
         kwargs: dict[str, Any] = {
             "model": self.model_path,
             "dtype": self.dtype,
@@ -168,11 +169,12 @@ class VLLMBackend(Backend):
         if sleep_mode:
             kwargs["enable_sleep_mode"] = True
         kwargs.update(llm_kwargs)
-        if _on_cpu() and "kv_cache_memory_bytes" not in kwargs and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-            # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM (half of it by default),
-            # which beside the trainer in the same memory gets the engine's worker killed for memory
-            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
-        if _on_cpu():  # one CPU worker: run it in the engine's own process, one interpreter fewer to start (~10 s)
+        if on_cpu:
+            if "kv_cache_memory_bytes" not in kwargs and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM (half of it by
+                # default), which beside the trainer in the same memory gets the engine's worker killed for memory
+                kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+            # one CPU worker: run it in the engine's own process, one interpreter fewer to start (~10 s)
             kwargs.setdefault("distributed_executor_backend", "uni")
         self.sleep_mode = bool(sleep_mode)
         self.asleep = False
