@@ -204,28 +204,50 @@ def test_the_training_notebook_writes_its_figures_and_resumes_its_run(regress_ru
     assert m2["steps"] == 3 and m2["checkpoint"] == "step_000003"
 
 
-@pytest.mark.slow
-def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, tmp_path):
-    """A user's first two notebooks in a row: the suite's quickstart case evaluated the real model into an eval
-    run under its out_dir, and notebook 05 pointed at that run's folder shows it."""
+@pytest.fixture(scope="module")
+def results_05(regress_run, demo_run, tmp_path_factory):
+    """One runs root holding the demo's eval run, the training case's run and the eval run the quickstart case
+    wrote, and notebook 05 executed over it once (its static dashboard too): the two tests below read it."""
+    import shutil
+
     from workbench.apps.notebooks import execute_notebook
 
-    qs, m = _case(regress_run[0], "quickstart_tiny")
+    report = regress_run[0]
+    (demo,) = demo_run[2]
+    qs, _ = _case(report, "quickstart_tiny")
+    quickstart = [p.parent for p in qs.rglob("trajectories.parquet")]
+    train_run = Path(json.loads((_case(report, "lora_training_tiny")[0] / "metrics.json").read_text())["run_dir"])
+    work = tmp_path_factory.mktemp("results05")
+    root = work / "runs"
+    for run in (demo, train_run, *quickstart):
+        shutil.copytree(run, root / run.name)
+    out05 = work / "05"
+    execute_notebook("05_results_dashboard", work / "05.ipynb", {"runs_dir": str(root), "out_dir": str(out05)})
+    return {"root": root, "out": out05, "executed": work / "05.ipynb", "demo": demo, "train_run": train_run,
+            "quickstart": quickstart, "metrics": json.loads((out05 / "metrics.json").read_text(encoding="utf-8"))}
+
+
+@pytest.mark.slow
+def test_the_dashboard_opens_the_run_the_quickstart_wrote(regress_run, results_05):
+    """A user's first two notebooks in a row: the suite's quickstart case evaluated the real model into an eval
+    run under its out_dir, and notebook 05 pointed at a runs root holding that run shows it."""
+    from workbench.dashboard import queries as q
+
+    _, m = _case(regress_run[0], "quickstart_tiny")
     assert m["n_trajectories"] == 4
     assert m["direct.n"] == 2 and m["search_r1.n"] == 2 and m["direct.n_searches"] == 0
-    runs = [p.parent for p in qs.rglob("trajectories.parquet")]
-    assert len(runs) == 1, "the quickstart writes one eval run"
-    dash = tmp_path / "dash"
-    execute_notebook("05_results_dashboard", tmp_path / "05.ipynb",
-                     {"runs_dir": str(runs[0].parent), "out_dir": str(dash)})
-    d = json.loads((dash / "metrics.json").read_text(encoding="utf-8"))
-    assert d["n_runs"] == 1 and d["n_trajectories"] == 4
-    assert (dash / "dashboard.html").exists()
+    assert len(results_05["quickstart"]) == 1, "the quickstart writes one eval run"
+    (quickstart,) = results_05["quickstart"]
+    dash, d = results_05["out"], results_05["metrics"]
+    assert d["n_runs"] == 3
+    runs = q.trajectory_counts(results_05["root"]).set_index("run_id")
+    assert runs.loc[quickstart.name, "n_trajectories"] == 4
+    assert quickstart.name in (dash / "dashboard.html").read_text(encoding="utf-8")
     # the notebook's bars and hop points carry the 95% intervals the served dashboard draws from the same questions
     for figure in ("compare_methods.html", "hops.html"):
         assert '"error_y"' in (dash / figure).read_text(encoding="utf-8"), figure
     # the static dashboard is written outside the kernel: no Panel outputs that load from a CDN (54 of them before)
-    executed = (tmp_path / "05.ipynb").read_text(encoding="utf-8")
+    executed = results_05["executed"].read_text(encoding="utf-8")
     assert "cdn.holoviz.org" not in executed
     assert max(len(c.get("outputs", [])) for c in json.loads(executed)["cells"]) <= 3
 
@@ -248,25 +270,19 @@ def test_the_quickstart_page_reads_as_a_reader_sees_it(regress_run):
 
 
 @pytest.mark.slow
-def test_the_executed_notebooks_and_the_served_dashboard_show_the_same_numbers(regress_run, demo_run, tmp_path):
-    """One runs root holding the demo's eval run and the training case's run: what notebooks 01, 04 and 05 wrote
-    (their metrics.json, the numbers their tables print) is what the dashboard's Runs table and Compare data hold for
-    the same runs — trajectories, per-method scores and training steps."""
-    import shutil
-
+def test_the_executed_notebooks_and_the_served_dashboard_show_the_same_numbers(regress_run, results_05):
+    """One runs root holding the demo's eval run, the training case's run and the quickstart's: what notebooks 01,
+    04 and 05 wrote (their metrics.json, the numbers their tables print) is what the dashboard's Runs table and
+    Compare data hold for the same runs — trajectories, per-method scores and training steps."""
     import panel as pn
 
     from workbench.dashboard import app as dash
     from workbench.dashboard import queries as q
 
     report = regress_run[0]
-    (demo,) = demo_run[2]
+    demo, train_run, root = results_05["demo"], results_05["train_run"], results_05["root"]
     nb01, nb04 = (json.loads((_case(report, name)[0] / "metrics.json").read_text(encoding="utf-8"))
                   for name in ("trajectory_inspector_tiny", "lora_training_tiny"))
-    root = tmp_path / "runs"
-    shutil.copytree(demo, root / demo.name)
-    train_run = Path(nb04["run_dir"])
-    shutil.copytree(train_run, root / train_run.name)
 
     app = dash.build_app(root)
     (table,) = [t for t in app.select(pn.widgets.Tabulator) if {"run_id", "steps"} <= set(t.value.columns)]
@@ -280,12 +296,8 @@ def test_the_executed_notebooks_and_the_served_dashboard_show_the_same_numbers(r
         for metric in ("em", "cem", "f1"):
             assert demo_rows.loc[method, metric] == pytest.approx(nb01[f"{method}.{metric}"], abs=1e-9), (method, metric)
 
-    from workbench.apps.notebooks import execute_notebook
-
-    out05 = tmp_path / "05"
-    execute_notebook("05_results_dashboard", tmp_path / "05.ipynb", {"runs_dir": str(root), "out_dir": str(out05)})
-    nb05 = json.loads((out05 / "metrics.json").read_text(encoding="utf-8"))
-    assert nb05["n_runs"] == len(shown) == 2
+    nb05 = results_05["metrics"]
+    assert nb05["n_runs"] == len(shown) == 3
     assert nb05["n_trajectories"] == int(shown["n_trajectories"].sum())
     assert nb05["best_f1"] == pytest.approx(float(per_method["f1"].max()), abs=1e-9)
 
