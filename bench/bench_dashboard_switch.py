@@ -4,8 +4,8 @@ drawn — beside the server's own share of it (the same switch made in Python, n
 
     .venv/bin/python bench/bench_dashboard_switch.py RUNS_DIR [--switches 6]
 
-RUNS_DIR holds eval runs (their folders, or links to them). The browser figure is wall time, end to end: a busy
-machine inflates it, so read it beside the server figure measured in the same run.
+RUNS_DIR holds eval runs (their folders, or links to them) whose first trajectories differ. The browser figure is
+wall time, end to end: a busy machine inflates it, so read it beside the server figure measured in the same run.
 """
 
 from __future__ import annotations
@@ -62,14 +62,21 @@ def browser_switches(root: Path, runs: list[str], n: int) -> tuple[float, list[f
             picker = page.locator(".wb-drill-run select")
             labels = picker.locator("option").all_inner_texts()
             out = []
+            first_row = page.locator(".wb-trajectories .tabulator-row").first
             for i in range(1, n + 1):
                 old = page.locator(".wb-drill-count").first.element_handle()
+                old_row = first_row.inner_text()
                 t = time.perf_counter()
                 picker.select_option(label=labels[i % len(labels)])
-                # the run's column is rebuilt: the old count line leaves the page, the new one and its rows come
+                # the old count line leaves the page (a rebuilt column, or the same pane given the new run's line),
+                # the new one comes, and the table's first row is the new run's (the runs' first rows differ)
                 page.wait_for_function("el => !el.isConnected", arg=old, timeout=60_000)
                 page.locator(".wb-drill-count").first.wait_for(timeout=60_000)
-                page.locator(".wb-trajectories .tabulator-row").first.wait_for(timeout=60_000)
+                deadline = time.perf_counter() + 60
+                while first_row.inner_text() == old_row:
+                    if time.perf_counter() > deadline:
+                        raise TimeoutError("the table still shows the run before the switch")
+                    time.sleep(0.01)
                 out.append(time.perf_counter() - t)
             browser.close()
     finally:

@@ -616,7 +616,7 @@ def _pager(section):
     """The drill-down's paging row (previous, page, next, the range shown) and its table."""
     import panel as pn
 
-    body = section[2]._inner_layout[0]
+    body = section[2][0]
     (row,) = [r for r in body.select(pn.Row) if any(isinstance(o, pn.widgets.IntInput) for o in r)]
     return tuple(row), body.select(pn.widgets.Tabulator)[0]
 

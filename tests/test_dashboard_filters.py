@@ -112,7 +112,7 @@ def test_a_filter_change_counts_again_and_goes_back_to_page_1(filter_root, monke
 
     monkeypatch.setattr(dash, "PAGE_ROWS", 3)
     _, section = dash._drilldown_section(filter_root, [RUN])
-    body = section[2]._inner_layout[0]
+    body = section[2][0]
     (count,) = [p for p in body.select(pn.pane.HTML) if "wb-drill-count" in p.object]
     page, table = body.select(pn.widgets.IntInput)[0], body.select(pn.widgets.Tabulator)[0]
     (correct,), text = body.select(pn.widgets.RadioButtonGroup), body.select(pn.widgets.TextInput)[0]
@@ -220,18 +220,22 @@ def test_filters_stay_when_another_run_opens_and_clear_in_one_click(filter_root,
     select, section = dash._drilldown_section(root, [RUN, other])
 
     def widgets():
-        body = section[2]._inner_layout[0]
+        body = section[2][0]
         (count,) = [p for p in body.select(pn.pane.HTML) if "wb-drill-count" in p.object]
         (correct,), text = body.select(pn.widgets.RadioButtonGroup), body.select(pn.widgets.TextInput)[0]
         clear = next(b for b in body.select(pn.widgets.Button) if b.name == "clear filters")
         return count, correct, text, clear, body.select(pn.widgets.Tabulator)[0]
 
-    count, correct, text, _, _ = widgets()
+    count, correct, text, _, table = widgets()
     select.value = RUN
     correct.value = "wrong"
     text.value = "Hara_Bay"
+    before = (correct, text, table)
     select.value = other
     count, correct, text, clear, table = widgets()
+    # the same widgets and table now hold the other run (a rebuilt section costs the browser ~1.9 s a switch)
+    assert all(a is b for a, b in zip(before, (correct, text, table)))
+    assert f"data-run='{other}'" in count.object
     assert (correct.value, text.value) == ("wrong", "Hara_Bay")
     assert "<b>1</b> of 8 trajectories · answer wrong (cover-EM) · text “Hara_Bay”</div>" in count.object
     assert table.value["row"].tolist() == [2]

@@ -211,7 +211,7 @@ def test_the_drilldown_filters_by_evidence_and_its_transcript_marks_the_hop(evid
     import panel as pn
 
     _, section = dash._drilldown_section(evidence_root, [RUN])
-    body = section[2]._inner_layout[0]
+    body = section[2][0]
     (count,) = [p for p in body.select(pn.pane.HTML) if "wb-drill-count" in p.object]
     table = body.select(pn.widgets.Tabulator)[0]
     evidence = next(w for w in body.select(pn.widgets.Select) if w.label == "gold evidence")

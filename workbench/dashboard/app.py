@@ -32,7 +32,7 @@ import pandas as pd
 from workbench.dashboard import compare_tab, origins
 from workbench.dashboard import failures as fq
 from workbench.dashboard import queries as q
-from workbench.dashboard.exports import download_buttons, export_table  # noqa: F401 - export_table re-exported
+from workbench.dashboard.exports import EXPORT_KINDS, download_buttons, export_table  # noqa: F401 - export_table re-exported
 from workbench.dashboard.figures import (  # noqa: F401 - the figures are part of this module's API (notebook 05)
     compare_figure,
     comparison_figure,
@@ -462,115 +462,158 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
         address.set(run=run_select.value)
         run_select.param.watch(lambda e: address.set(run=e.new), "value")
 
-    def trajectories(run_id: str):
+    # the filter widgets and the table are built once; opening another run swaps what they hold (options, values,
+    # rows), so the browser redraws a few models instead of the whole section
+    correct = pn.widgets.RadioButtonGroup(options=list(CORRECTNESS), value=kept["correct"])
+    # labels escaped: bokeh's MultiChoice (choices.js) renders its options' labels as HTML
+    method = pn.widgets.MultiChoice(label="methods", options={}, value=[], placeholder="all", width=300)
+    hops = pn.widgets.MultiChoice(label="hops", options={}, value=[], placeholder="all", width=180)
+    score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=kept["score"], step=0.05, width=180)
+    evidence = pn.widgets.Select(label="gold evidence", options=EVIDENCE, value="any", width=190)
+    text = pn.widgets.TextInput(label="text (Enter)", value=kept["text"],
+                                placeholder="question, answer, gold or transcript", width=300)
+    clear = pn.widgets.Button(name="clear filters", width=110)
+    page = pn.widgets.IntInput(label="page", value=1, start=1, end=1, width=140)
+    prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
+    count = pn.pane.HTML(sizing_mode="stretch_width")
+    info = pn.pane.Markdown(sizing_mode="stretch_width")
+    # the run shown: its id, size and failure flags (what every callback below reads)
+    cur: dict[str, Any] = {"run": None, "total": 0, "failures": None}
+    downloads = download_buttons(lambda: export_rows(), "trajectories")
+    notes = pn.Column(sizing_mode="stretch_width")  # the run's failure-flags warning and eval card
+    table_slot = pn.Column(sizing_mode="stretch_width")
+    state: dict[str, Any] = {"filters": q.TrajectoryFilter(), "n": 0, "pages": 1, "df": None, "table": None}
+    controls = pn.Column(notes, pn.Row(method, hops, score, evidence, text),
+                         pn.Row(correct, clear, *downloads, align="start"), count, pn.Row(prev, page, nxt, info),
+                         table_slot, sizing_mode="stretch_width")
+    body = pn.Column(sizing_mode="stretch_width")
+
+    def put_rows(df: pd.DataFrame) -> None:
+        """The table shows ``df``: new rows in the same table, or a new table when the columns differ."""
+        table = state["table"]
+        state["df"] = df
+        if table is not None and list(table.value.columns) == list(df.columns):  # the schema types them alike
+            table.selection = []
+            table.value = _rounded(df)
+            return
+        table = state["table"] = _trajectory_table(df, pagination=None)
+        table.param.watch(show, "selection")
+        table_slot.objects = [table]
+
+    def load(event: Any = None) -> None:
+        if state.get("clearing"):
+            return
+        start, n = (page.value - 1) * PAGE_ROWS, state["n"]
+        if event is not None:
+            put_rows(fq.run_trajectory_table(runs_dir, cur["run"], limit=PAGE_ROWS, offset=start,
+                                             failures=cur["failures"], filters=state["filters"]))
+        info.object = f"trajectories {start + 1:,}–{min(start + PAGE_ROWS, n):,} of {n:,}" if n else ""
+
+    def paged(n: int) -> None:
+        state["n"], state["pages"] = n, max(1, -(-n // PAGE_ROWS))
+        page.param.update(end=state["pages"], label=f"page (of {state['pages']:,})")
+        count.object = (f"<div class='wb-drill-count' data-run='{html.escape(cur['run'])}'>"
+                        f"{count_line(n, cur['total'], state['filters'])}</div>")
+
+    def refilter(_: Any = None) -> None:  # a filter changed: count what passes, then page 1 of it
+        if state.get("clearing"):
+            return
+        kept.update(correct=correct.value, methods=list(method.value), hops=list(hops.value),
+                    score=tuple(score.value), evidence=evidence.value, text=text.value)
+        if address is not None:
+            address.set(**{k: kept[k] for k in DRILL_DEFAULTS})
+        lo, hi = score.value
+        state["filters"] = q.TrajectoryFilter(correct=CORRECTNESS[correct.value], methods=method.value,
+                                              hops=hops.value, score=None if (lo, hi) == (0.0, 1.0) else (lo, hi),
+                                              evidence=None if evidence.value == "any" else evidence.value,
+                                              text=text.value.strip())
+        paged(q.count_trajectories(runs_dir, cur["run"], state["filters"]))
+        if page.value != 1:
+            page.value = 1  # its watcher reads page 1
+        else:
+            load(True)
+        if len(state["df"]):
+            state["table"].selection = [0]  # the first match opens (show() draws it)
+        else:
+            transcript.object = "<i>No trajectory passes the filters.</i>"
+
+    def show(event: Any) -> None:
+        if not event.new or event.obj is not state["table"]:
+            return
+        r = state["df"].iloc[event.new[0]]
+        transcript.object = f"<b>row {int(r['row'])}</b> of the table below<br>"
+        try:
+            transcript.object += (failure_html(r["failed"], r["failure"])
+                                  + transcript_html(runs_dir, cur["run"], int(r["row"])))
+        except Exception as e:  # noqa: BLE001 - shown in place of the transcript
+            transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
+
+    def export_rows() -> pd.DataFrame:
+        """Every row that passes the filters (not only this page)."""
+        return fq.run_trajectory_table(runs_dir, cur["run"], failures=cur["failures"], filters=state["filters"])
+
+    def quietly(change: Callable[[], None]) -> None:
+        """Set widgets without each change filtering again (one count follows)."""
+        state["clearing"] = True
+        try:
+            change()
+        finally:
+            state["clearing"] = False
+
+    def clear_filters(_: Any = None) -> None:  # every filter back to its default, then one count
+        def reset() -> None:
+            correct.value, method.value, hops.value = DRILL_DEFAULTS["correct"], [], []
+            score.value, text.value = DRILL_DEFAULTS["score"], DRILL_DEFAULTS["text"]
+            evidence.value = DRILL_DEFAULTS["evidence"]
+        quietly(reset)
+        refilter()
+
+    def open_run(run_id: str) -> None:
+        """Show ``run_id``: everything is read first, so a run that cannot be read leaves no half-swapped view."""
         total, (failures, failures_error) = q.run_size(runs_dir, run_id), fq.safe_run_failures(runs_dir, run_id)
         methods, hop_counts = q.run_facets(runs_dir, run_id)
-        correct = pn.widgets.RadioButtonGroup(options=list(CORRECTNESS), value=kept["correct"])
-        # labels escaped: bokeh's MultiChoice (choices.js) renders its options' labels as HTML
-        method = pn.widgets.MultiChoice(label="methods", options={html.escape(m): m for m in methods},
-                                        value=[m for m in kept["methods"] if m in methods], placeholder="all", width=300)
-        hops = pn.widgets.MultiChoice(label="hops", options={str(h): h for h in hop_counts},
-                                      value=[h for h in kept["hops"] if h in hop_counts], placeholder="all", width=180)
-        score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=kept["score"], step=0.05, width=180)
         has_evidence = q.run_evidence(runs_dir, run_id) is not None  # its features tell the gold passages retrieved
-        evidence = pn.widgets.Select(label="gold evidence" if has_evidence else "gold evidence (no features table)",
-                                     options=EVIDENCE, value=kept["evidence"] if has_evidence else "any",
-                                     disabled=not has_evidence, width=190)
-        text = pn.widgets.TextInput(label="text (Enter)", value=kept["text"],
-                                    placeholder="question, answer, gold or transcript", width=300)
-        clear = pn.widgets.Button(name="clear filters", width=110)
-        page = pn.widgets.IntInput(label="page", value=1, start=1, end=1, width=140)
-        prev, nxt = pn.widgets.Button(name="‹ previous", width=100), pn.widgets.Button(name="next ›", width=100)
-        count = pn.pane.HTML(sizing_mode="stretch_width")
-        info = pn.pane.Markdown(sizing_mode="stretch_width")
-        downloads = download_buttons(lambda: export_rows(), f"{run_id}-trajectories")
-        state = {"filters": q.TrajectoryFilter(), "n": total, "pages": 1,
-                 "df": fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)}
-        table = _trajectory_table(state["df"], pagination=None)
+        df = fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=0, failures=failures)
+        card = _card_part(runs_dir, run_id)
+        cur.update(run=run_id, total=total, failures=failures)
 
-        def load(event: Any = None) -> None:
-            start, n = (page.value - 1) * PAGE_ROWS, state["n"]
-            if event is not None:
-                state["df"] = fq.run_trajectory_table(runs_dir, run_id, limit=PAGE_ROWS, offset=start,
-                                                      failures=failures, filters=state["filters"])
-                table.selection = []
-                table.value = _rounded(state["df"])
-            info.object = f"trajectories {start + 1:,}–{min(start + PAGE_ROWS, n):,} of {n:,}" if n else ""
-
-        def paged(n: int) -> None:
-            state["n"], state["pages"] = n, max(1, -(-n // PAGE_ROWS))
-            page.param.update(end=state["pages"], label=f"page (of {state['pages']:,})")
-            count.object = f"<div class='wb-drill-count'>{count_line(n, total, state['filters'])}</div>"
-
-        def refilter(_: Any = None) -> None:  # a filter changed: count what passes, then page 1 of it
-            if state.get("clearing"):
-                return
-            kept.update(correct=correct.value, methods=list(method.value), hops=list(hops.value),
-                        score=tuple(score.value), evidence=evidence.value, text=text.value)
-            if address is not None:
-                address.set(**{k: kept[k] for k in DRILL_DEFAULTS})
-            lo, hi = score.value
-            state["filters"] = q.TrajectoryFilter(correct=CORRECTNESS[correct.value], methods=method.value,
-                                                  hops=hops.value, score=None if (lo, hi) == (0.0, 1.0) else (lo, hi),
-                                                  evidence=None if evidence.value == "any" else evidence.value,
-                                                  text=text.value.strip())
-            paged(q.count_trajectories(runs_dir, run_id, state["filters"]))
-            if page.value != 1:
-                page.value = 1  # its watcher reads page 1
-            else:
-                load(True)
-            if len(state["df"]):
-                table.selection = [0]  # the first match opens (show() draws it)
-            else:
-                transcript.object = "<i>No trajectory passes the filters.</i>"
-
-        def show(event: Any) -> None:
-            if not event.new:
-                return
-            r = state["df"].iloc[event.new[0]]
-            transcript.object = f"<b>row {int(r['row'])}</b> of the table below<br>"
-            try:
-                transcript.object += failure_html(r["failed"], r["failure"]) + transcript_html(runs_dir, run_id, int(r["row"]))
-            except Exception as e:  # noqa: BLE001 - shown in place of the transcript
-                transcript.object = f"<b style='color:#b00020'>{html.escape(f'{type(e).__name__}: {e}')}</b>"
-
-        def export_rows() -> pd.DataFrame:
-            """Every row that passes the filters (not only this page)."""
-            return fq.run_trajectory_table(runs_dir, run_id, failures=failures, filters=state["filters"])
-
-        def clear_filters(_: Any = None) -> None:  # every filter back to its default, then one count
-            state["clearing"] = True
-            try:
-                correct.value, method.value, hops.value = DRILL_DEFAULTS["correct"], [], []
-                score.value, text.value = DRILL_DEFAULTS["score"], DRILL_DEFAULTS["text"]
-                evidence.value = DRILL_DEFAULTS["evidence"]
-            finally:
-                state["clearing"] = False
-            refilter()
-
-        page.param.watch(load, "value")
-        for w in (correct, method, hops, score, evidence, text):
-            w.param.watch(refilter, "value")
-        clear.on_click(clear_filters)
-        prev.on_click(lambda _: setattr(page, "value", max(1, page.value - 1)))
-        nxt.on_click(lambda _: setattr(page, "value", min(state["pages"], page.value + 1)))
-        table.param.watch(show, "selection")
+        def swap() -> None:  # the filters kept from the run shown before, where this run has them
+            method.param.update(options={html.escape(m): m for m in methods},
+                                value=[m for m in kept["methods"] if m in methods])
+            hops.param.update(options={str(h): h for h in hop_counts}, value=[h for h in kept["hops"] if h in hop_counts])
+            evidence.param.update(label="gold evidence" if has_evidence else "gold evidence (no features table)",
+                                  value=kept["evidence"] if has_evidence else "any", disabled=not has_evidence)
+            correct.value, score.value, text.value = kept["correct"], kept["score"], kept["text"]
+            page.value = 1
+        quietly(swap)
+        for button, kind in zip(downloads, EXPORT_KINDS):
+            button.filename = f"{run_id}-trajectories.{kind}"
+        notes.objects = [*_features_note(failures_error), card]
+        state["filters"] = q.TrajectoryFilter()
+        put_rows(df)
         paged(total)
         load()
         transcript.object = hint
         if (correct.value, method.value, hops.value, score.value, evidence.value, text.value) != (
                 DRILL_DEFAULTS["correct"], [], [], DRILL_DEFAULTS["score"], DRILL_DEFAULTS["evidence"],
                 DRILL_DEFAULTS["text"]):
-            refilter()  # the filters kept from the run shown before: the count line names them
-        elif len(state["df"]):
-            table.selection = [0]  # the first trajectory opens at once (show() draws it)
-        return pn.Column(*_features_note(failures_error), _card_part(runs_dir, run_id),
-                         pn.Row(method, hops, score, evidence, text),
-                         pn.Row(correct, clear, *downloads, align="start"), count, pn.Row(prev, page, nxt, info), table,
-                         sizing_mode="stretch_width")
+            refilter()  # the count line names the filters kept
+        elif len(df):
+            state["table"].selection = [0]  # the first trajectory opens at once (show() draws it)
 
-    body = pn.bind(lambda r: _safe("trajectories", lambda: trajectories(r)), run_select)
-    return run_select, pn.Column(run_select, transcript, pn.panel(body), sizing_mode="stretch_width")
+    def opened(run_id: str) -> None:
+        shown = _safe("trajectories", lambda: open_run(run_id) or controls)
+        body.objects = [shown]
+
+    page.param.watch(load, "value")
+    for w in (correct, method, hops, score, evidence, text):
+        w.param.watch(refilter, "value")
+    clear.on_click(clear_filters)
+    prev.on_click(lambda _: setattr(page, "value", max(1, page.value - 1)))
+    nxt.on_click(lambda _: setattr(page, "value", min(state["pages"], page.value + 1)))
+    run_select.param.watch(lambda e: opened(e.new), "value")
+    opened(run_select.value)
+    return run_select, pn.Column(run_select, transcript, body, sizing_mode="stretch_width")
 
 
 def _card_part(runs_dir: Path, run_id: str):
