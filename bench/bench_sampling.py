@@ -6,7 +6,8 @@ entry and row; :func:`workbench.rollout.backends.hf.draw` draws one uniform per 
 cumulative sums. For each row count: the median seconds of a whole step's sampling over ``--repeats`` calls on the
 same logits (random, scaled so a softmax at temperature 0.4 is as peaked as the demo's): ``multinomial`` is the
 backends' ``_sample`` as it was (log-softmax, softmax, ``torch.multinomial``, gather), ``inverse CDF`` the
-``_sample`` they run now; then how closely each sampler's draws follow the
+``_sample`` they run now with one generator for the call, beside it with a generator per row (the engine's row
+seeds: one uniform drawn per row from its own generator); then how closely each sampler's draws follow the
 probabilities (total variation distance between the draws' frequencies and the probabilities, over ``--draws`` draws
 of a 64-token distribution; both should sit at the sampling noise, ~sqrt(64 / draws) / 2).
 
@@ -64,13 +65,16 @@ def main(argv: list[str] | None = None) -> dict:
     g = torch.Generator().manual_seed(0)
     out: dict = {"machine": platform.processor() or platform.machine(), "threads": args.threads, "rows": []}
     print(f"vocab {args.vocab}, temperature {args.temperature}, {args.threads} thread(s), median of {args.repeats}")
-    print(f"{'rows':>5} {'multinomial ms':>15} {'inverse CDF ms':>15} {'ratio':>7}")
+    print(f"{'rows':>5} {'multinomial ms':>15} {'inverse CDF ms':>15} {'ratio':>7} {'a generator per row ms':>23}")
     for rows in (int(r) for r in args.rows.split(",")):
         logits = torch.randn(rows, args.vocab, generator=g) * 3
+        per_row = [torch.Generator().manual_seed(r) for r in range(rows)]  # the engine's row seeds
         a = _median_s(lambda x=logits: _sample_multinomial(x, args.temperature, g), args.repeats)
         b = _median_s(lambda x=logits: _sample(x, args.temperature, 1.0, g), args.repeats)
-        out["rows"].append({"rows": rows, "multinomial_ms": a * 1e3, "inverse_cdf_ms": b * 1e3, "ratio": a / b})
-        print(f"{rows:>5} {a * 1e3:>15.2f} {b * 1e3:>15.2f} {a / b:>6.1f}x")
+        c = _median_s(lambda x=logits: _sample(x, args.temperature, 1.0, per_row), args.repeats)
+        out["rows"].append({"rows": rows, "multinomial_ms": a * 1e3, "inverse_cdf_ms": b * 1e3, "ratio": a / b,
+                            "per_row_generators_ms": c * 1e3})
+        print(f"{rows:>5} {a * 1e3:>15.2f} {b * 1e3:>15.2f} {a / b:>6.1f}x {c * 1e3:>23.2f}")
     small = torch.softmax(torch.randn(64, generator=g), -1)
     many = small.expand(args.draws, -1)
     tv_m = _tv(torch.multinomial(many, 1, generator=g).squeeze(-1), small)

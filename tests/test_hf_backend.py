@@ -29,6 +29,53 @@ def test_generate_batch_with_limits_logprobs_and_seed(hf_backend):
     assert [g.token_ids for g in a] == [g.token_ids for g in b]  # same seed, same samples
 
 
+def test_row_seeds_draw_the_same_tokens_alone_in_a_batch_and_in_any_order(hf_backend):
+    """With a seed per prompt, a prompt's samples come from its own generator: batched with others, in another
+    order or alone, it draws the same tokens (the batched and single logits agree to fp32 rounding)."""
+    tok = hf_backend.tokenizer
+    prompts = [_prompt(tok, q) for q in ("Name a colour.", "Tell me about rivers.", "Count to five.")]
+    seeds = (11, 22, 33)
+
+    def gen(rows):
+        out = hf_backend.generate([prompts[i] for i in rows],
+                                  SamplingParams(max_new_tokens=12, temperature=1.0, row_seeds=[seeds[i] for i in rows]))
+        return {i: g.token_ids for i, g in zip(rows, out)}
+
+    together, backwards = gen([0, 1, 2]), gen([2, 1, 0])
+    alone = {i: gen([i])[i] for i in range(3)}
+    assert together == backwards == alone
+    assert len({tuple(t) for t in together.values()}) == 3
+    # the call's one seed, as before: the same draws for the same call, other draws when the batch changes order
+    one = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    assert [g.token_ids for g in hf_backend.generate(prompts, one)] == [g.token_ids for g in hf_backend.generate(prompts, one)]
+    with pytest.raises(ValueError, match="2 seeds for 3 prompts"):
+        hf_backend.generate(prompts, SamplingParams(row_seeds=[1, 2]))
+
+
+def test_a_trajectorys_samples_do_not_depend_on_what_is_rolled_out_beside_it(policy, world):
+    """The engine seeds each trajectory's turn by the run's seed, the question, the sample index and the turn: a
+    question rolled out alone or beside another, in any slot order, samples the same multi-turn trajectory."""
+    from workbench.methods import get_protocol
+    from workbench.rollout.backends.hf import HFBackend
+    from workbench.rollout.engine import RolloutConfig, rollout
+    from workbench.tools.base import Toolbox
+    from workbench.tools.bm25 import BM25Search
+
+    model, tok = policy
+    tb = Toolbox({"search": BM25Search(world.passages)})
+    a, b = world.split("dev")[:2]
+    cfg = RolloutConfig(group_size=2, max_new_tokens=24, temperature=1.0, max_turns=2, seed=5)
+    be = HFBackend(model, tok)
+    ids = {}
+    for name, exs in (("both", [a, b]), ("swapped", [b, a]), ("alone", [a])):
+        ids[name] = {t.id: t.token_ids for t in rollout(exs, get_protocol("search_r1"), tb, be, cfg, progress=False)}
+    assert all(ids["both"][k] == v for k, v in ids["alone"].items())
+    assert ids["both"] == ids["swapped"]
+    assert ids["both"][f"{a.id}#0"] != ids["both"][f"{a.id}#1"]  # a group's members draw apart
+    other = rollout([a], get_protocol("search_r1"), tb, be, RolloutConfig(**{**cfg.to_dict(), "seed": 6}), progress=False)
+    assert [t.token_ids for t in other] != [ids["alone"][t.id] for t in other]  # another seed, other draws
+
+
 def test_logprobs_match_a_full_forward(hf_backend):
     """The recorded logprobs equal a teacher-forced forward pass over prompt + sampled ids."""
     import torch

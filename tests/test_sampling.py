@@ -30,6 +30,23 @@ def test_a_seed_gives_the_same_draws_and_another_seed_others():
     assert (c != a).any()
 
 
+def test_a_generator_per_row_draws_each_row_apart_from_the_others():
+    """One generator per row: a row's index depends on its own generator alone, not on which rows share the call
+    nor their order; a list of the wrong length is an error."""
+    probs = torch.softmax(torch.randn(3, 500, generator=torch.Generator().manual_seed(2)), -1)
+
+    def gens(*seeds):
+        return [torch.Generator().manual_seed(s) for s in seeds]
+
+    together = draw(probs.clone(), gens(1, 2, 3))
+    backwards = draw(probs.flip(0).clone(), gens(3, 2, 1)).flip(0)
+    alone = torch.cat([draw(probs[r:r + 1].clone(), gens(s)) for r, s in enumerate((1, 2, 3))])
+    assert torch.equal(together, backwards) and torch.equal(together, alone)
+    assert not torch.equal(together, draw(probs.clone(), gens(4, 5, 6)))
+    with pytest.raises(ValueError, match="2 generators for 3 rows"):
+        draw(probs.clone(), gens(1, 2))
+
+
 def test_a_tiny_tail_entry_is_drawn_at_its_rate():
     # cumulative sums accumulated in float64: a token of probability 1e-2 after 49,151 others is still drawn about that often
     probs = torch.full((1, 49152), (1 - 1e-2) / 49151, dtype=torch.float32)

@@ -68,7 +68,11 @@ def test_loop_sends_the_protocols_stops_and_per_turn_limits(parity):
     sp = greedy["sampling_params"]
     assert sp["stop"] == ["</search>", "</answer>"] and sp["max_tokens"] == 64
     assert sp["include_stop_str_in_output"] is True and sp["temperature"] == 0
-    assert sampled["sampling_params"]["seed"] == 7 * 1009  # the engine's per-turn seed, turn 0
+    from workbench.data.world import load_world
+    from workbench.rollout.engine import sample_seed
+
+    first = load_world().split("train")[0]  # the engine's seed of the question's turn 0, sample 0
+    assert sampled["sampling_params"]["seed"] == sample_seed(7, first.id, 0, 0)
     assert greedy["registry"]["_target_"] == "workbench.integrations.verl.agent_loop.WorkbenchAgentLoop"
 
 

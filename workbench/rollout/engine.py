@@ -14,6 +14,7 @@ attention mask is untouched (observations stay visible to the model).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -87,10 +88,11 @@ def chat_delta(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
 
 
 class _State:
-    __slots__ = ("traj", "example", "done")
+    __slots__ = ("traj", "example", "done", "repeat")
 
     def __init__(self, traj: Trajectory, example: Example):
         self.traj, self.example, self.done = traj, example, False
+        self.repeat = 0  # the how-many-th time its question came up in the call (0: the first)
 
     @property
     def length(self) -> int:
@@ -98,6 +100,19 @@ class _State:
 
     def all_ids(self) -> list[int]:
         return self.traj.token_ids
+
+
+def sample_seed(seed: int, example_id: str, sample_idx: int, turn: int, repeat: int = 0) -> int:
+    """The seed of one policy turn's draws: the run's seed, the question, its sample index in the group, the turn,
+    and (for a question given more than once) which time it is. A turn samples the same tokens from the same
+    logits whatever else is batched with it, on every backend that takes row seeds; 31 bits, which every server's
+    ``seed`` field holds.
+
+    >>> sample_seed(0, "q1", 0, 0) == sample_seed(0, "q1", 0, 0) != sample_seed(0, "q1", 1, 0)
+    True
+    """
+    key = f"{int(seed)}\x00{example_id}\x00{int(repeat)}\x00{int(sample_idx)}\x00{int(turn)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 33
 
 
 def build_prompt_ids(protocol: Protocol, tokenizer: PreTrainedTokenizerBase, example: Example) -> list[int]:
@@ -131,11 +146,14 @@ def rollout(
     states: list[_State] = []
     if prompt_ids is not None and len(prompt_ids) != len(examples):
         raise ValueError(f"rollout: {len(prompt_ids)} prompt_ids for {len(examples)} examples")
+    times: dict[str, int] = {}  # a question given twice draws apart the second time (``_State.repeat``)
     for i, ex in enumerate(examples):
         ids = build_prompt_ids(protocol, tok, ex) if prompt_ids is None else list(prompt_ids[i])
         prompt_text = tok.decode(ids, skip_special_tokens=False)
-        states += [start_trajectory(ex, protocol, toolbox, tok, cfg, g, ids, prompt_text, meta)
-                   for g in range(cfg.group_size)]
+        k = times[ex.id] = times.get(ex.id, -1) + 1
+        for g in range(cfg.group_size):
+            states.append(start_trajectory(ex, protocol, toolbox, tok, cfg, g, ids, prompt_text, meta))
+            states[-1].repeat = k
     if on_turn is not None:  # a protocol's own retrieval before the first turn (pipeline baselines)
         for s in states:
             for t in s.traj.turns:
@@ -163,6 +181,9 @@ def rollout(
             top_p=cfg.top_p,
             stop=tuple(protocol.stop),
             seed=None if cfg.seed is None else cfg.seed * 1009 + call_idx,
+            row_seeds=None if cfg.seed is None else tuple(
+                sample_seed(cfg.seed, s.example.id, s.traj.sample_idx, len(s.traj.policy_turns), s.repeat)
+                for s in active),
         )
         bar.set_postfix_str((f"{len(waiting)} waiting, " if waiting else "")
                             + f"call {call_idx + 1}, {len(active)} generating"

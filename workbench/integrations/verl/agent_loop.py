@@ -57,7 +57,7 @@ from workbench.rollout.backends.base import (
     eos_ids,
     find_stop,
 )
-from workbench.rollout.engine import RolloutConfig, close_trajectory, start_trajectory, step_trajectory
+from workbench.rollout.engine import RolloutConfig, close_trajectory, sample_seed, start_trajectory, step_trajectory
 from workbench.tools.base import Toolbox
 
 _STOP_WINDOW = 16  # tokens decoded from the end of a turn to find which stop string ended it (as the HF backend)
@@ -196,8 +196,8 @@ class WorkbenchAgentLoop(AgentLoopBase):
                 break
             limit = min(cfg.max_new_tokens, cfg.max_total_tokens - s.length)
             params = {**sampling_params, "max_tokens": limit, "stop": list(self.protocol.stop), **self._keep_stop()}
-            if self.seed is not None:
-                params["seed"] = self.seed * 1009 + turn
+            if self.seed is not None:  # the engine's seed of this trajectory's turn (sample 0: verl repeats a prompt)
+                params["seed"] = sample_seed(self.seed, example.id, 0, turn)
             t0 = time.perf_counter()
             try:
                 out = await self.server_manager.generate(request_id=request_id, prompt_ids=s.all_ids(),

@@ -45,8 +45,14 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     """Generation of a sequence ends once its generated text contains one of these."""
     seed: int | None = None
+    row_seeds: tuple[int, ...] | None = None
+    """One seed per prompt of the call: prompt ``i`` samples from its own generator seeded ``row_seeds[i]``, so its
+    draws do not depend on which prompts it is batched with, nor in what order (the rollout engine gives each
+    trajectory's turn its own, :func:`workbench.rollout.engine.sample_seed`). None: the call's one ``seed``."""
 
     def __post_init__(self) -> None:
+        if self.row_seeds is not None:
+            self.row_seeds = tuple(int(s) for s in self.row_seeds)
         if self.max_new_tokens < 0:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
@@ -60,6 +66,18 @@ class SamplingParams:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def prompt_seed(self, i: int) -> int | None:
+        """The seed prompt ``i`` of a call samples with: its row seed, else ``seed + i`` (a group's identical prompts
+        draw apart), else None (unseeded)."""
+        if self.row_seeds is not None:
+            return self.row_seeds[i]
+        return None if self.seed is None else self.seed + i
+
+    def check_rows(self, n: int) -> None:
+        """ValueError unless there is a row seed per prompt (or none at all)."""
+        if self.row_seeds is not None and len(self.row_seeds) != n:
+            raise ValueError(f"SamplingParams.row_seeds: {len(self.row_seeds)} seeds for {n} prompts (one per prompt)")
 
 
 @dataclass

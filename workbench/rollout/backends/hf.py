@@ -178,15 +178,21 @@ class HFBackend(Backend):
         if adapters != self._store_adapters:  # kept keys/values were computed with the adapter applied otherwise
             self.clear_cache()
             self._store_adapters = adapters
-        gen = None
-        if params.seed is not None:
+        params.check_rows(len(prompts))
+        gen: Any = None  # one generator for the call, or one per prompt (row seeds: draws that ignore the batching)
+        if params.row_seeds is not None:
+            gen = [torch.Generator(device=self.device).manual_seed(s) for s in params.row_seeds]
+        elif params.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(params.seed))
         order = self._by_new_tokens(prompts) if self.by_new_tokens else list(range(len(prompts)))
         prompts, limits = [prompts[i] for i in order], [limits[i] for i in order]
+        if isinstance(gen, list):
+            gen = [gen[i] for i in order]
         done: list[Generation] = []
         t0 = time.perf_counter()  # each Generation's meta["seconds"]: from here until its sequence finished
         for i, j in self._batches(prompts, limits):
-            done += self._generate_chunk(prompts[i:j], limits[i:j], params, gen, t0)
+            done += self._generate_chunk(prompts[i:j], limits[i:j], params, gen[i:j] if isinstance(gen, list) else gen,
+                                         t0)
             if self.device.type == "cpu":  # the batch's freed keys/values leave the heap (not the peak's reuse)
                 from workbench.core import models
 
@@ -400,7 +406,8 @@ class HFBackend(Backend):
 
         while True:
             self.stats["decode_steps"] += 1
-            next_tok, tok_lp = _sample(logits, params.temperature, params.top_p, gen)
+            next_tok, tok_lp = _sample(logits, params.temperature, params.top_p,
+                                       [gen[i] for i in row_of] if isinstance(gen, list) else gen)
             keep: list[int] = []
             now = {"seconds": time.perf_counter() - t0}
             toks, lps = next_tok.tolist(), tok_lp.tolist()
@@ -525,8 +532,10 @@ def _score_bytes_per_key(model: Any) -> int:
         return 0
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None):
-    """Sample one token per row; return (ids, logprob of each id under the raw distribution)."""
+def _sample(logits: torch.Tensor, temperature: float, top_p: float,
+            gen: torch.Generator | list[torch.Generator] | None):
+    """Sample one token per row (``gen``: one generator, or one per row); return (ids, logprob of each id under the
+    raw distribution)."""
     logits = logits.float()
     logp = torch.log_softmax(logits, dim=-1)
     if temperature == 0:
@@ -542,19 +551,25 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.G
     return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
 
 
-def draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+def draw(probs: torch.Tensor, gen: torch.Generator | list[torch.Generator] | None) -> torch.Tensor:
     """One index per row of ``probs`` (non-negative; a row need not sum to 1), drawn with probability proportional to
     its entry, by inverse CDF: one uniform per row against the row's cumulative sums, which overwrite ``probs`` (no
     second vocabulary-sized buffer; torch's CPU scan accumulates in float64, so each sum is within half an fp32 ulp).
     The same distribution as ``torch.multinomial(probs, 1)``, which on a CPU draws one exponential per vocabulary
     entry and row, several times slower at a decode step's 3-8 rows over SmolLM2's 49,152 tokens
     (``bench/bench_sampling.py``). A zero entry is never drawn: the index is the first whose cumulative sum exceeds
-    the uniform, and the uniform stays below the row's total."""
+    the uniform, and the uniform stays below the row's total. ``gen`` a list: row ``r`` draws its uniform from
+    ``gen[r]`` alone, so its index does not depend on the other rows."""
     cdf = probs.cumsum_(-1)
     total = cdf[:, -1:]
     if not bool(torch.isfinite(total).all() and (total > 0).all()):
         raise ValueError("sampling probabilities with a NaN, an infinity or no mass in a row (the model's logits are "
                          "not finite): check the model's weights and dtype")
-    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=gen) * total
+    if isinstance(gen, list):
+        if len(gen) != total.shape[0]:
+            raise ValueError(f"draw: {len(gen)} generators for {total.shape[0]} rows")
+        u = torch.cat([torch.rand((1, 1), dtype=cdf.dtype, device=cdf.device, generator=g) for g in gen]) * total
+    else:
+        u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=gen) * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, u, right=True).squeeze(-1)

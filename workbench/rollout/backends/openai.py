@@ -65,8 +65,9 @@ class OpenAIBackend(Backend):
     warning is logged once). Servers that return no logprobs at all give NaN logprobs and
     ``meta["logprobs"] = False``: fine for evaluation, not for training.
 
-    Sampling seeds are per request: prompt ``i`` of a call gets ``seed + i``, so the members of
-    a group (identical prompts) do not all draw the same sample.
+    Sampling seeds are per request: prompt ``i`` of a call gets ``params.row_seeds[i]`` (the rollout engine's seed of
+    that trajectory's turn), else ``seed + i``, so the members of a group (identical prompts) do not all draw the
+    same sample.
 
     Args:
         base_url: the server, e.g. ``http://127.0.0.1:8000/v1`` (``/v1`` is appended when missing).
@@ -136,7 +137,8 @@ class OpenAIBackend(Backend):
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)
-        jobs = [(list(p), lim, None if params.seed is None else params.seed + i)
+        params.check_rows(len(prompts))
+        jobs = [(list(p), lim, params.prompt_seed(i))
                 for i, (p, lim) in enumerate(zip(prompts, limits))]
         if len(jobs) == 1 or self.concurrency == 1:
             return [self._one(p, params, lim, seed) for p, lim, seed in jobs]

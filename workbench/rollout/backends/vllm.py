@@ -119,8 +119,9 @@ class VLLMBackend(Backend):
             ``generate`` wakes it up. **Not yet run on hardware.**
         **llm_kwargs: passed on to ``vllm.LLM`` (e.g. ``max_model_len``, ``enforce_eager``).
 
-    Sampling seeds are per prompt: prompt ``i`` of a call gets ``params.seed + i``, so the members
-    of a group (identical prompts) draw different samples, reproducibly.
+    Sampling seeds are per prompt: prompt ``i`` of a call gets ``params.row_seeds[i]`` (the rollout engine's seed
+    of that trajectory's turn), else ``params.seed + i``, so the members of a group (identical prompts) draw
+    different samples, reproducibly.
     """
 
     name = "vllm"
@@ -247,12 +248,13 @@ class VLLMBackend(Backend):
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)
+        params.check_rows(len(prompts))
         out: list[Generation | None] = [Generation([], [], LENGTH) if lim <= 0 else None for lim in limits]
         rows = [i for i in range(len(prompts)) if out[i] is None]
         if rows:
             self.wake_up()
             inputs = [self._tokens_prompt(prompt_token_ids=[int(t) for t in prompts[i]]) for i in rows]
-            sps = [self.sampling_params(params, limits[i], None if params.seed is None else params.seed + i) for i in rows]
+            sps = [self.sampling_params(params, limits[i], params.prompt_seed(i)) for i in rows]
             results = self.llm.generate(inputs, sps, use_tqdm=False, lora_request=self.lora_request)
             if len(results) != len(rows):
                 raise RuntimeError(f"vLLM returned {len(results)} outputs for {len(rows)} prompts")
