@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
         per_row = [torch.Generator().manual_seed(r) for r in range(rows)]  # the engine's row seeds
         a = _median_s(lambda x=logits: _sample_multinomial(x, args.temperature, g), args.repeats)
         b = _median_s(lambda x=logits: _sample(x, args.temperature, 1.0, g), args.repeats)
-        c = _median_s(lambda x=logits: _sample(x, args.temperature, 1.0, per_row), args.repeats)
+        c = _median_s(lambda x=logits, gens=per_row: _sample(x, args.temperature, 1.0, gens), args.repeats)
         out["rows"].append({"rows": rows, "multinomial_ms": a * 1e3, "inverse_cdf_ms": b * 1e3, "ratio": a / b,
                             "per_row_generators_ms": c * 1e3})
         print(f"{rows:>5} {a * 1e3:>15.2f} {b * 1e3:>15.2f} {a / b:>6.1f}x {c * 1e3:>23.2f}")
