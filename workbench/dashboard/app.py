@@ -465,7 +465,7 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
     # the filter widgets and the table are built once; opening another run swaps what they hold (options, values,
     # rows), so the browser redraws a few models instead of the whole section
     correct = pn.widgets.RadioButtonGroup(options=list(CORRECTNESS), value=kept["correct"])
-    # labels escaped: bokeh's MultiChoice (choices.js) renders its options' labels as HTML
+    # options set per run in open_run (labels escaped there: bokeh's MultiChoice renders them as HTML)
     method = pn.widgets.MultiChoice(label="methods", options={}, value=[], placeholder="all", width=300)
     hops = pn.widgets.MultiChoice(label="hops", options={}, value=[], placeholder="all", width=180)
     score = pn.widgets.RangeSlider(label="F1", start=0.0, end=1.0, value=kept["score"], step=0.05, width=180)
@@ -578,6 +578,7 @@ def _drilldown_section(runs_dir: Path, run_ids: list[str], address: Any = None):
         cur.update(run=run_id, total=total, failures=failures)
 
         def swap() -> None:  # the filters kept from the run shown before, where this run has them
+            # labels escaped: bokeh's MultiChoice (choices.js) renders its options' labels as HTML
             method.param.update(options={html.escape(m): m for m in methods},
                                 value=[m for m in kept["methods"] if m in methods])
             hops.param.update(options={str(h): h for h in hop_counts}, value=[h for h in kept["hops"] if h in hop_counts])
