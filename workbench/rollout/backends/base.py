@@ -151,10 +151,13 @@ class Backend:
 
 
 def token_limits(prompts: Sequence[list[int]], params: SamplingParams, max_new_tokens: list[int] | None) -> list[int]:
-    """The new-token limit of each prompt: ``max_new_tokens`` per prompt, else ``params.max_new_tokens``."""
+    """The new-token limit of each prompt: ``max_new_tokens`` per prompt, else ``params.max_new_tokens``. Every
+    backend's ``generate`` starts here, so the per-prompt arguments (these limits, ``params.row_seeds``) are checked
+    against the prompts once, here."""
     limits = list(max_new_tokens) if max_new_tokens is not None else [params.max_new_tokens] * len(prompts)
     if len(limits) != len(prompts):
         raise ValueError(f"max_new_tokens has {len(limits)} entries for {len(prompts)} prompts")
+    params.check_rows(len(prompts))
     return limits
 
 

@@ -178,7 +178,6 @@ class HFBackend(Backend):
         if adapters != self._store_adapters:  # kept keys/values were computed with the adapter applied otherwise
             self.clear_cache()
             self._store_adapters = adapters
-        params.check_rows(len(prompts))
         gen: Any = None  # one generator for the call, or one per prompt (row seeds: draws that ignore the batching)
         if params.row_seeds is not None:
             gen = [torch.Generator(device=self.device).manual_seed(s) for s in params.row_seeds]

@@ -137,7 +137,6 @@ class OpenAIBackend(Backend):
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)
-        params.check_rows(len(prompts))
         jobs = [(list(p), lim, params.prompt_seed(i))
                 for i, (p, lim) in enumerate(zip(prompts, limits))]
         if len(jobs) == 1 or self.concurrency == 1:

@@ -248,7 +248,6 @@ class VLLMBackend(Backend):
         if not prompts:
             return []
         limits = token_limits(prompts, params, max_new_tokens)
-        params.check_rows(len(prompts))
         out: list[Generation | None] = [Generation([], [], LENGTH) if lim <= 0 else None for lim in limits]
         rows = [i for i in range(len(prompts)) if out[i] is None]
         if rows:
